@@ -1,0 +1,40 @@
+# Install rules: the headers, the exported target dsh::sandbox_policy, the CMake package
+# (config + version file) and a pkg-config file. The library is header-only, so the package is
+# architecture-independent and lives in the data directory.
+include(CMakePackageConfigHelpers)
+
+set(DSH_SANDBOX_POLICY_CONFIG_DIR "${CMAKE_INSTALL_DATADIR}/cmake/dsh_sandbox_policy"
+    CACHE STRING "Where to install the dsh_sandbox_policy CMake package, relative to the prefix")
+mark_as_advanced(DSH_SANDBOX_POLICY_CONFIG_DIR)
+
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/dsh" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
+        FILES_MATCHING PATTERN "*.hpp")
+
+install(TARGETS dsh_sandbox_policy EXPORT dsh_sandbox_policyTargets)
+install(EXPORT dsh_sandbox_policyTargets NAMESPACE dsh:: DESTINATION "${DSH_SANDBOX_POLICY_CONFIG_DIR}"
+        FILE dsh_sandbox_policyTargets.cmake)
+
+configure_package_config_file(
+  "${PROJECT_SOURCE_DIR}/cmake/dsh_sandbox_policyConfig.cmake.in"
+  "${PROJECT_BINARY_DIR}/dsh_sandbox_policyConfig.cmake" INSTALL_DESTINATION "${DSH_SANDBOX_POLICY_CONFIG_DIR}")
+write_basic_package_version_file(
+  "${PROJECT_BINARY_DIR}/dsh_sandbox_policyConfigVersion.cmake" COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+install(FILES "${PROJECT_BINARY_DIR}/dsh_sandbox_policyConfig.cmake"
+              "${PROJECT_BINARY_DIR}/dsh_sandbox_policyConfigVersion.cmake"
+        DESTINATION "${DSH_SANDBOX_POLICY_CONFIG_DIR}")
+
+# pkg-config: the prefix is found relative to the .pc file, so a relocated install (or
+# `cmake --install --prefix`) stays correct.
+set(_dsh_pc_dir "${CMAKE_INSTALL_DATADIR}/pkgconfig")
+if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}" OR IS_ABSOLUTE "${_dsh_pc_dir}")
+  set(DSH_SANDBOX_POLICY_PC_INCLUDEDIR "${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+else()
+  file(RELATIVE_PATH _dsh_pc_to_prefix "/prefix/${_dsh_pc_dir}" "/prefix")
+  string(REGEX REPLACE "/$" "" _dsh_pc_to_prefix "${_dsh_pc_to_prefix}")
+  set(DSH_SANDBOX_POLICY_PC_INCLUDEDIR "\${pcfiledir}/${_dsh_pc_to_prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
+endif()
+configure_file("${PROJECT_SOURCE_DIR}/cmake/dsh_sandbox_policy.pc.in" "${PROJECT_BINARY_DIR}/dsh_sandbox_policy.pc"
+               @ONLY)
+install(FILES "${PROJECT_BINARY_DIR}/dsh_sandbox_policy.pc" DESTINATION "${_dsh_pc_dir}")
+
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/dsh_sandbox_policy")

@@ -1,0 +1,1232 @@
+/// @file
+/// dsh-sandbox-policy: the single owner of an agent host's file-modification policy.
+///
+/// One `PolicyOwner` resolves, for every tool call, the sandbox mode and the canonical
+/// workspace root; keeps the registry of enforced and escalatable families; and renders
+/// the exact `sandbox:policy` text the model is shown. The per-session override is a
+/// `sandbox/mode` event in the session's own log. See SPEC.md for the contract.
+#pragma once
+
+#include <dsh/version.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <chrono>
+#include <climits>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsh {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Invalid configuration or vocabulary: the message names the input, what was expected and
+/// what was found.
+class ConfigError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A forged `sandbox/mode` event; `what()` is exactly the failure text of `validate_event`.
+class InvariantViolation : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Vocabulary
+// ---------------------------------------------------------------------------------------------
+
+/// How far the model's tools may modify files.
+enum class SandboxMode : std::uint8_t { read_only, workspace_write, danger_full_access };
+
+/// A family of operations that can modify files, in canonical order.
+enum class Family : std::uint8_t { filesystem, bash, terminal };
+
+/// Which input decided a resolved mode.
+enum class ModeSource : std::uint8_t { approved, session, deployment };
+
+/// Which input decided a resolved workspace root.
+enum class RootSource : std::uint8_t { session, deployment };
+
+namespace detail {
+
+/// One row of an enum's string table.
+template <class E> struct EnumEntry {
+  E value;
+  std::string_view name;
+};
+
+/// The string table of an enum: the only place its strings are spelled.
+template <class E> struct EnumTable;
+
+template <> struct EnumTable<SandboxMode> {
+  static constexpr std::string_view what = "a sandbox mode";
+  static constexpr std::array<EnumEntry<SandboxMode>, 3> entries{{
+      {SandboxMode::read_only, "read-only"},
+      {SandboxMode::workspace_write, "workspace-write"},
+      {SandboxMode::danger_full_access, "danger-full-access"},
+  }};
+};
+
+template <> struct EnumTable<Family> {
+  static constexpr std::string_view what = "a family";
+  static constexpr std::array<EnumEntry<Family>, 3> entries{{
+      {Family::filesystem, "filesystem"},
+      {Family::bash, "bash"},
+      {Family::terminal, "terminal"},
+  }};
+};
+
+template <> struct EnumTable<ModeSource> {
+  static constexpr std::string_view what = "a mode source";
+  static constexpr std::array<EnumEntry<ModeSource>, 3> entries{{
+      {ModeSource::approved, "approved"},
+      {ModeSource::session, "session"},
+      {ModeSource::deployment, "deployment"},
+  }};
+};
+
+template <> struct EnumTable<RootSource> {
+  static constexpr std::string_view what = "a root source";
+  static constexpr std::array<EnumEntry<RootSource>, 2> entries{{
+      {RootSource::session, "session"},
+      {RootSource::deployment, "deployment"},
+  }};
+};
+
+/// An enum with a string table.
+template <class E>
+concept TabledEnum = requires {
+  EnumTable<E>::entries;
+};
+
+/// Returns the table's string for `value`, or "" for a value outside the enum.
+template <TabledEnum E> [[nodiscard]] constexpr std::string_view enum_name(E value) noexcept {
+  for (const auto& entry : EnumTable<E>::entries) {
+    if (entry.value == value) {
+      return entry.name;
+    }
+  }
+  return {};
+}
+
+/// Returns the value whose string is exactly `text`, or nullopt.
+template <TabledEnum E> [[nodiscard]] constexpr std::optional<E> enum_parse(std::string_view text) noexcept {
+  for (const auto& entry : EnumTable<E>::entries) {
+    if (entry.name == text) {
+      return entry.value;
+    }
+  }
+  return std::nullopt;
+}
+
+/// Returns every value of the enum, in table order.
+template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
+  std::array<E, EnumTable<E>::entries.size()> values{};
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = EnumTable<E>::entries[i].value;
+  }
+  return values;
+}
+
+/// Returns `value` as compact JSON; invalid UTF-8 in strings becomes U+FFFD instead of throwing.
+[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
+[[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
+                                                     const nlohmann::json& found) {
+  std::string message;
+  message.append(context).append(": expected ").append(expected).append("; found ").append(compact_json(found));
+  return message;
+}
+
+/// Returns the vocabulary of an enum for error messages: `a sandbox mode ("read-only", ...)`.
+template <TabledEnum E> [[nodiscard]] std::string enum_vocabulary() {
+  std::string text{EnumTable<E>::what};
+  text += " (";
+  bool first = true;
+  for (const auto& entry : EnumTable<E>::entries) {
+    text.append(first ? "\"" : ", \"").append(entry.name).append("\"");
+    first = false;
+  }
+  text += ")";
+  return text;
+}
+
+/// Returns the enum value named by the JSON string `value`; throws ConfigError naming
+/// `context`, the vocabulary and `value` when it is not a string of the vocabulary.
+template <TabledEnum E> [[nodiscard]] E enum_from_json(const nlohmann::json& value, std::string_view context) {
+  if (value.is_string()) {
+    if (auto parsed = enum_parse<E>(value.get_ref<const std::string&>())) {
+      return *parsed;
+    }
+  }
+  throw ConfigError(expectation_message(context, enum_vocabulary<E>(), value));
+}
+
+} // namespace detail
+
+/// Every sandbox mode, from narrowest to widest.
+inline constexpr std::array<SandboxMode, 3> SANDBOX_MODES = detail::enum_values<SandboxMode>();
+/// Every family, in canonical order.
+inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
+
+/// Returns "read-only", "workspace-write" or "danger-full-access"; "" for a value outside the enum.
+[[nodiscard]] constexpr std::string_view to_string(SandboxMode mode) noexcept { return detail::enum_name(mode); }
+/// Returns "filesystem", "bash" or "terminal"; "" for a value outside the enum.
+[[nodiscard]] constexpr std::string_view to_string(Family family) noexcept { return detail::enum_name(family); }
+/// Returns "approved", "session" or "deployment"; "" for a value outside the enum.
+[[nodiscard]] constexpr std::string_view to_string(ModeSource source) noexcept { return detail::enum_name(source); }
+/// Returns "session" or "deployment"; "" for a value outside the enum.
+[[nodiscard]] constexpr std::string_view to_string(RootSource source) noexcept { return detail::enum_name(source); }
+
+/// Returns the mode spelled exactly `text` (case-sensitive, no trimming), or nullopt.
+[[nodiscard]] constexpr std::optional<SandboxMode> parse_sandbox_mode(std::string_view text) noexcept {
+  return detail::enum_parse<SandboxMode>(text);
+}
+/// Returns the family spelled exactly `text` (case-sensitive, no trimming), or nullopt.
+[[nodiscard]] constexpr std::optional<Family> parse_family(std::string_view text) noexcept {
+  return detail::enum_parse<Family>(text);
+}
+
+/// Stores the mode's string in `json`.
+inline void to_json(nlohmann::json& json, SandboxMode mode) { json = to_string(mode); }
+/// Reads a mode from its string; throws ConfigError naming the vocabulary and the value otherwise.
+inline void from_json(const nlohmann::json& json, SandboxMode& mode) {
+  mode = detail::enum_from_json<SandboxMode>(json, "sandbox mode");
+}
+/// Stores the family's string in `json`.
+inline void to_json(nlohmann::json& json, Family family) { json = to_string(family); }
+/// Reads a family from its string; throws ConfigError naming the vocabulary and the value otherwise.
+inline void from_json(const nlohmann::json& json, Family& family) {
+  family = detail::enum_from_json<Family>(json, "family");
+}
+/// Stores the mode source's string in `json`.
+inline void to_json(nlohmann::json& json, ModeSource source) { json = to_string(source); }
+/// Reads a mode source from its string; throws ConfigError otherwise.
+inline void from_json(const nlohmann::json& json, ModeSource& source) {
+  source = detail::enum_from_json<ModeSource>(json, "mode source");
+}
+/// Stores the root source's string in `json`.
+inline void to_json(nlohmann::json& json, RootSource source) { json = to_string(source); }
+/// Reads a root source from its string; throws ConfigError otherwise.
+inline void from_json(const nlohmann::json& json, RootSource& source) {
+  source = detail::enum_from_json<RootSource>(json, "root source");
+}
+
+/// A set of families; iterates in canonical order (filesystem, bash, terminal).
+class FamilySet {
+public:
+  /// Iterates the members of a set in canonical order.
+  class iterator {
+  public:
+    using value_type = Family;
+    using difference_type = std::ptrdiff_t;
+
+    constexpr iterator() noexcept = default;
+    constexpr explicit iterator(std::uint8_t remaining) noexcept : remaining_(remaining) {}
+    /// Returns the member this iterator is at.
+    [[nodiscard]] constexpr Family operator*() const noexcept {
+      return static_cast<Family>(std::countr_zero(static_cast<unsigned>(remaining_)));
+    }
+    /// Advances to the next member in canonical order.
+    constexpr iterator& operator++() noexcept {
+      remaining_ = static_cast<std::uint8_t>(remaining_ & (remaining_ - 1U));
+      return *this;
+    }
+    /// Advances and returns the previous position.
+    constexpr iterator operator++(int) noexcept {
+      iterator before = *this;
+      ++*this;
+      return before;
+    }
+    [[nodiscard]] friend constexpr bool operator==(iterator, iterator) noexcept = default;
+
+  private:
+    std::uint8_t remaining_ = 0;
+  };
+
+  /// The empty set.
+  constexpr FamilySet() noexcept = default;
+  /// The set of the listed families.
+  constexpr FamilySet(std::initializer_list<Family> families) noexcept {
+    for (Family family : families) {
+      insert(family);
+    }
+  }
+  /// The set of all three families.
+  [[nodiscard]] static constexpr FamilySet all() noexcept {
+    return {Family::filesystem, Family::bash, Family::terminal};
+  }
+
+  /// Returns true if `family` is a member.
+  [[nodiscard]] constexpr bool contains(Family family) const noexcept { return (bits_ & bit(family)) != 0; }
+  /// Adds `family`; no effect if it is a member already.
+  constexpr void insert(Family family) noexcept { bits_ = static_cast<std::uint8_t>(bits_ | bit(family)); }
+  /// Removes `family`; no effect if it is not a member.
+  constexpr void erase(Family family) noexcept { bits_ = static_cast<std::uint8_t>(bits_ & ~bit(family)); }
+  /// Returns the number of members.
+  [[nodiscard]] constexpr std::size_t size() const noexcept {
+    return static_cast<std::size_t>(std::popcount(static_cast<unsigned>(bits_)));
+  }
+  /// Returns true if the set has no member.
+  [[nodiscard]] constexpr bool empty() const noexcept { return bits_ == 0; }
+  /// Returns an iterator to the first member in canonical order.
+  [[nodiscard]] constexpr iterator begin() const noexcept { return iterator{bits_}; }
+  /// Returns the end iterator.
+  [[nodiscard]] constexpr iterator end() const noexcept { return iterator{}; }
+
+  [[nodiscard]] friend constexpr bool operator==(FamilySet, FamilySet) noexcept = default;
+  /// Returns the families in both sets.
+  [[nodiscard]] friend constexpr FamilySet operator&(FamilySet a, FamilySet b) noexcept {
+    return FamilySet(static_cast<std::uint8_t>(a.bits_ & b.bits_));
+  }
+  /// Returns the families in either set.
+  [[nodiscard]] friend constexpr FamilySet operator|(FamilySet a, FamilySet b) noexcept {
+    return FamilySet(static_cast<std::uint8_t>(a.bits_ | b.bits_));
+  }
+
+private:
+  constexpr explicit FamilySet(std::uint8_t bits) noexcept : bits_(bits) {}
+  [[nodiscard]] static constexpr std::uint8_t bit(Family family) noexcept {
+    return static_cast<std::uint8_t>(1U << static_cast<unsigned>(family));
+  }
+  std::uint8_t bits_ = 0;
+};
+
+/// Stores the set as a JSON array of family strings in canonical order.
+inline void to_json(nlohmann::json& json, FamilySet families) {
+  json = nlohmann::json::array();
+  for (Family family : families) {
+    json.push_back(to_string(family));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions and the sandbox/mode event
+// ---------------------------------------------------------------------------------------------
+
+/// The `type` of the event that switches a session's sandbox mode.
+inline constexpr std::string_view SANDBOX_MODE_EVENT = "sandbox/mode";
+
+/// The immutable header of a session, written once at creation.
+struct SessionHeader {
+  std::string id;                 ///< The session id.
+  std::optional<std::string> cwd; ///< The session workspace; absent or empty: the owner's fallback root.
+  std::int64_t created_at = 0;    ///< Creation time, epoch milliseconds.
+  bool operator==(const SessionHeader&) const = default;
+};
+
+/// A session the library can read: `header()` and a range of JSON events.
+template <class S>
+concept SessionLike = requires(const S& session) {
+  { session.header() } -> std::convertible_to<const SessionHeader&>;
+  { session.events() } -> std::ranges::input_range;
+}
+&&std::convertible_to<std::ranges::range_reference_t<decltype(std::declval<const S&>().events())>,
+                      const nlohmann::json&>;
+
+/// A session the library can also append to.
+template <class S>
+concept AppendableSession = SessionLike<S> && requires(S& session, std::string_view type, nlohmann::json data) {
+  session.append(type, std::move(data));
+};
+
+/// A session that keeps the fold's result current as it appends, so `resolve` need not scan.
+template <class S>
+concept HasSandboxModeOverride = requires(const S& session) {
+  { session.sandbox_mode_override() } -> std::convertible_to<std::optional<SandboxMode>>;
+};
+
+namespace detail {
+
+/// Returns true if `event` is a JSON object whose `type` is the string `type`.
+[[nodiscard]] inline bool has_type(const nlohmann::json& event, std::string_view type) noexcept {
+  if (!event.is_object()) {
+    return false;
+  }
+  const auto found = event.find("type");
+  return found != event.end() && found->is_string() && found->get_ref<const std::string&>() == type;
+}
+
+/// Returns `data.mode` of an event, or nullptr when the event has no such member.
+[[nodiscard]] inline const nlohmann::json* mode_member(const nlohmann::json& event) noexcept {
+  const auto data = event.find("data");
+  if (data == event.end() || !data->is_object()) {
+    return nullptr;
+  }
+  const auto mode = data->find("mode");
+  return mode == data->end() ? nullptr : &*mode;
+}
+
+/// Returns the current wall-clock time in epoch milliseconds, the `time` of new events.
+[[nodiscard]] inline std::int64_t now_epoch_ms() noexcept {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+} // namespace detail
+
+/// Checks the invariant of SPEC §4 on one event.
+/// Returns nullopt if the event is valid (every event that is not a `sandbox/mode` object is);
+/// otherwise the exact failure text: `sandbox/mode carries no mode` or
+/// `sandbox/mode carries unknown mode <value as compact JSON>`.
+[[nodiscard]] inline std::optional<std::string> validate_event(const nlohmann::json& event) {
+  if (!detail::has_type(event, SANDBOX_MODE_EVENT)) {
+    return std::nullopt;
+  }
+  const nlohmann::json* mode = detail::mode_member(event);
+  if (mode == nullptr) {
+    return std::string("sandbox/mode carries no mode");
+  }
+  if (mode->is_string() && parse_sandbox_mode(mode->get_ref<const std::string&>())) {
+    return std::nullopt;
+  }
+  return "sandbox/mode carries unknown mode " + detail::compact_json(*mode);
+}
+
+/// Checks the invariant of SPEC §4; throws InvariantViolation with `validate_event`'s text
+/// when the event is forged.
+inline void check_event(const nlohmann::json& event) {
+  if (auto failure = validate_event(event)) {
+    throw InvariantViolation(*failure);
+  }
+}
+
+namespace detail {
+
+/// Returns the mode a valid `sandbox/mode` event switches to, nullopt for any other event;
+/// throws InvariantViolation for a forged `sandbox/mode` event.
+[[nodiscard]] inline std::optional<SandboxMode> switched_mode(const nlohmann::json& event) {
+  if (!has_type(event, SANDBOX_MODE_EVENT)) {
+    return std::nullopt;
+  }
+  check_event(event);
+  return parse_sandbox_mode(mode_member(event)->get_ref<const std::string&>());
+}
+
+/// Returns the DSH envelope `{"type","seq","time":<now>,"data"}` plus the members of
+/// `envelope`; throws ConfigError when `envelope` is not an object or names an envelope key.
+[[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
+                                               const nlohmann::json& envelope) {
+  if (!envelope.is_object()) {
+    throw ConfigError(expectation_message("event envelope", "a JSON object", envelope));
+  }
+  nlohmann::json event{{"type", type}, {"seq", seq}, {"time", now_epoch_ms()}, {"data", std::move(data)}};
+  for (const auto& [key, value] : envelope.items()) {
+    if (event.contains(key)) {
+      throw ConfigError(expectation_message("event envelope", "no member named type, seq, time or data", key));
+    }
+    event[key] = value;
+  }
+  return event;
+}
+
+} // namespace detail
+
+/// Folds a range of events with a projection (`event -> std::optional<SandboxMode>`).
+/// Returns the last non-empty projection, or nullopt when there is none. On a bidirectional
+/// range it scans from the end and stops at the first match; otherwise it scans forward.
+/// Throws whatever the projection throws.
+template <std::ranges::input_range R, class Projection>
+  requires std::invocable<Projection&, std::ranges::range_reference_t<R>> &&
+      std::convertible_to<std::invoke_result_t<Projection&, std::ranges::range_reference_t<R>>,
+                          std::optional<SandboxMode>>
+[[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events, Projection projection) {
+  if constexpr (std::ranges::bidirectional_range<R>) {
+    const auto first = std::ranges::begin(events);
+    auto position = std::ranges::next(first, std::ranges::end(events));
+    while (position != first) {
+      --position;
+      if (std::optional<SandboxMode> mode = std::invoke(projection, *position)) {
+        return mode;
+      }
+    }
+    return std::nullopt;
+  } else {
+    std::optional<SandboxMode> last;
+    for (auto&& event : events) {
+      if (std::optional<SandboxMode> mode = std::invoke(projection, event)) {
+        last = mode;
+      }
+    }
+    return last;
+  }
+}
+
+/// Folds a range of JSON events: returns the mode of the last `sandbox/mode` event, or nullopt
+/// when there is none. Throws InvariantViolation when a `sandbox/mode` event it examines is
+/// forged (the backward scan of a bidirectional range examines only the last one).
+template <std::ranges::input_range R>
+  requires std::convertible_to < std::ranges::range_reference_t<R>,
+const nlohmann::json& > [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events) {
+  return effective_mode(std::forward<R>(events),
+                        [](const nlohmann::json& event) { return detail::switched_mode(event); });
+}
+
+/// Switches a session's mode: appends exactly one `sandbox/mode` event with
+/// `data = {"mode": <mode>}`, even when the mode is unchanged. Throws what `append` throws.
+template <AppendableSession S> void set_sandbox_mode(S& session, SandboxMode mode) {
+  session.append(SANDBOX_MODE_EVENT, nlohmann::json{{"mode", std::string(to_string(mode))}});
+}
+
+/// An in-memory session: an immutable header and an append-only vector of JSON events.
+/// Not synchronized: like a `std::vector`, guard it yourself when threads share it.
+class Session {
+public:
+  /// Creates a session from its header and earlier events; throws InvariantViolation, before
+  /// storing anything, when a seed event is a forged `sandbox/mode` event.
+  explicit Session(SessionHeader header, std::vector<nlohmann::json> seed = {})
+      : header_(std::move(header)), events_(std::move(seed)) {
+    for (const auto& event : events_) {
+      if (auto mode = detail::switched_mode(event)) {
+        override_ = mode;
+      }
+    }
+  }
+
+  /// Returns the header given at construction.
+  [[nodiscard]] const SessionHeader& header() const noexcept { return header_; }
+  /// Returns every event, oldest first.
+  [[nodiscard]] const std::vector<nlohmann::json>& events() const noexcept { return events_; }
+  /// Returns the mode of the last `sandbox/mode` event, or nullopt; O(1).
+  [[nodiscard]] std::optional<SandboxMode> sandbox_mode_override() const noexcept { return override_; }
+
+  /// Appends `{"type":type,"seq":<number of events>,"time":<now>,"data":data}`. Throws
+  /// InvariantViolation, leaving the session unchanged, when it is a forged `sandbox/mode` event.
+  void append(std::string_view type, nlohmann::json data) { append(type, std::move(data), nlohmann::json::object()); }
+
+  /// Appends like `append(type, data)` with the members of `envelope` (such as
+  /// `"surfaceOp":"append"`) added beside `type`, `seq`, `time` and `data`. Throws ConfigError,
+  /// leaving the session unchanged, when `envelope` is not an object or names one of those four.
+  void append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
+    nlohmann::json event = detail::make_event(type, events_.size(), std::move(data), envelope);
+    const std::optional<SandboxMode> mode = detail::switched_mode(event);
+    events_.push_back(std::move(event));
+    if (mode) {
+      override_ = mode;
+    }
+  }
+
+private:
+  SessionHeader header_;
+  std::vector<nlohmann::json> events_;
+  std::optional<SandboxMode> override_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Canonicalization
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+/// Returns the process working directory; throws std::system_error when it cannot be read
+/// (for example after it was removed), because guessing a base would widen a relative root.
+[[nodiscard]] inline std::filesystem::path current_directory() {
+  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  if (::getcwd(buffer.data(), buffer.size()) == nullptr) {
+    throw std::system_error(errno, std::generic_category(), "dsh: cannot read the process working directory");
+  }
+  return std::filesystem::path(buffer.data());
+}
+
+/// Returns the physical identity of an existing path, as realpath(3) gives it, or nullopt.
+[[nodiscard]] inline std::optional<std::filesystem::path> physical_identity(const std::string& path) {
+  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  if (::realpath(path.c_str(), buffer.data()) == nullptr) {
+    return std::nullopt;
+  }
+  return std::filesystem::path(buffer.data());
+}
+
+/// Normalizes lexically and drops a trailing separator (except for "/").
+[[nodiscard]] inline std::filesystem::path lexically_clean(const std::filesystem::path& path) {
+  std::string text = path.lexically_normal().native();
+  while (text.size() > 1 && text.back() == '/') {
+    text.pop_back();
+  }
+  return std::filesystem::path(std::move(text));
+}
+
+/// Returns the target of the symbolic link `path`, or nullopt when `path` is not one.
+[[nodiscard]] inline std::optional<std::filesystem::path> dangling_link_target(const std::filesystem::path& path) {
+  struct stat status {};
+  if (::lstat(path.c_str(), &status) != 0 || !S_ISLNK(status.st_mode)) {
+    return std::nullopt;
+  }
+  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  const ssize_t length = ::readlink(path.c_str(), buffer.data(), buffer.size());
+  if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size()) {
+    return std::nullopt;
+  }
+  return std::filesystem::path(std::string(buffer.data(), static_cast<std::size_t>(length)));
+}
+
+/// The slow path of `canonical_path` for an absolute path that does not exist as a whole:
+/// the identity of the longest existing prefix, then the rest lexically. A dangling symbolic
+/// link at the boundary is followed, as `open(O_CREAT)` would follow it.
+[[nodiscard]] inline std::filesystem::path canonical_partial(std::filesystem::path absolute) {
+  constexpr int max_links = 40; // the kernel's own limit (ELOOP)
+  for (int links = 0;; ++links) {
+    std::vector<std::filesystem::path> parts(absolute.begin(), absolute.end());
+    std::filesystem::path base = absolute.root_path();
+    std::size_t existing = 1; // parts[0] is the root
+    for (std::size_t count = parts.size() - 1; count >= 1; --count) {
+      std::filesystem::path prefix = absolute.root_path();
+      for (std::size_t i = 1; i <= count; ++i) {
+        prefix /= parts[i];
+      }
+      if (auto identity = physical_identity(prefix.native())) {
+        base = std::move(*identity);
+        existing = count + 1;
+        break;
+      }
+    }
+    std::filesystem::path rest;
+    for (std::size_t i = existing; i < parts.size(); ++i) {
+      rest /= parts[i];
+    }
+    if (existing < parts.size() && links < max_links) {
+      if (auto target = dangling_link_target(base / parts[existing])) {
+        std::filesystem::path followed = target->is_absolute() ? *target : base / *target;
+        for (std::size_t i = existing + 1; i < parts.size(); ++i) {
+          followed /= parts[i];
+        }
+        absolute = std::move(followed);
+        continue;
+      }
+    }
+    return lexically_clean(base / rest);
+  }
+}
+
+} // namespace detail
+
+/// Canonicalizes a path as SPEC §5.2 says: absolute against the process working directory;
+/// the physical identity (symbolic links followed, then each `..` taken physically) of the
+/// longest prefix that exists; the rest normalized lexically; no trailing separator except
+/// for "/". A dangling symbolic link at the end of the existing prefix is followed.
+/// When the whole path exists this costs one realpath(3). Never fails for a path that cannot
+/// be examined (it uses as much identity as it can obtain); a path holding a NUL character is
+/// normalized lexically only. Throws std::system_error only when `path` is relative and the
+/// process working directory cannot be read.
+[[nodiscard]] inline std::filesystem::path canonical_path(const std::filesystem::path& path) {
+  const std::filesystem::path absolute = path.is_absolute() ? path : detail::current_directory() / path;
+  if (absolute.native().find('\0') != std::string::npos) {
+    return detail::lexically_clean(absolute);
+  }
+  if (auto identity = detail::physical_identity(absolute.native())) {
+    return std::move(*identity);
+  }
+  return detail::canonical_partial(absolute);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration and the resolved policy
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+/// Throws ConfigError unless `root` is a usable workspace root: non-empty, no NUL character.
+inline void require_valid_root(const std::filesystem::path& root) {
+  const std::string& text = root.native();
+  if (text.empty() || text.find('\0') != std::string::npos) {
+    throw ConfigError(
+        expectation_message("PolicyConfig key \"workspaceRoot\"", "a non-empty path without NUL characters", text));
+  }
+}
+
+/// Throws ConfigError unless `label` is non-empty and holds no control character and no `"`.
+inline void require_valid_label(std::string_view label) {
+  const bool bad_character = std::ranges::any_of(label, [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte < 0x20 || byte == 0x7F || c == '"';
+  });
+  if (label.empty() || bad_character) {
+    throw ConfigError(expectation_message("PolicyConfig key \"hostLabel\"",
+                                          "a non-empty string without control characters or '\"'", std::string(label)));
+  }
+}
+
+/// Throws ConfigError unless `mode` is one of the three modes.
+inline void require_valid_mode(SandboxMode mode) {
+  if (to_string(mode).empty()) {
+    throw ConfigError(
+        expectation_message("PolicyConfig key \"mode\"", enum_vocabulary<SandboxMode>(), static_cast<int>(mode)));
+  }
+}
+
+/// Returns the string value of a configuration key; throws ConfigError if it is not a string.
+[[nodiscard]] inline const std::string& config_string(const nlohmann::json& value, std::string_view key) {
+  if (!value.is_string()) {
+    throw ConfigError(expectation_message("PolicyConfig key \"" + std::string(key) + "\"", "a string", value));
+  }
+  return value.get_ref<const std::string&>();
+}
+
+} // namespace detail
+
+/// The deployment configuration of a `PolicyOwner`.
+struct PolicyConfig {
+  SandboxMode mode = SandboxMode::read_only;           ///< Deployment default; read-only is the fail-safe.
+  std::optional<std::filesystem::path> workspace_root; ///< Fallback root; default: the process working directory.
+  std::string host_label = "DSH";                      ///< The host's name in the model text.
+
+  /// Reads a configuration object with the optional keys "mode", "workspaceRoot" and
+  /// "hostLabel". Throws ConfigError, naming the key, the expectation and the value found, for
+  /// anything but a JSON object, an unknown key, a wrong type, a mode outside the vocabulary,
+  /// an empty root or one holding NUL, and a label that is empty or holds a control character or `"`.
+  [[nodiscard]] static PolicyConfig from_json(const nlohmann::json& json) {
+    if (!json.is_object()) {
+      throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
+    }
+    PolicyConfig config;
+    for (const auto& [key, value] : json.items()) {
+      if (key == "mode") {
+        config.mode = detail::enum_from_json<SandboxMode>(value, "PolicyConfig key \"mode\"");
+      } else if (key == "workspaceRoot") {
+        config.workspace_root = detail::config_string(value, key);
+        detail::require_valid_root(*config.workspace_root);
+      } else if (key == "hostLabel") {
+        config.host_label = detail::config_string(value, key);
+        detail::require_valid_label(config.host_label);
+      } else {
+        throw ConfigError(detail::expectation_message(
+            "PolicyConfig", "only the keys \"mode\", \"workspaceRoot\" and \"hostLabel\"", key));
+      }
+    }
+    return config;
+  }
+};
+
+namespace detail {
+
+/// Returns true if canonical `path` is `root` or lies beneath it by whole components.
+[[nodiscard]] inline bool is_within(const std::filesystem::path& path, const std::filesystem::path& root) noexcept {
+  const std::string& p = path.native();
+  const std::string& r = root.native();
+  if (r == "/") {
+    return !p.empty() && p.front() == '/';
+  }
+  return p.starts_with(r) && (p.size() == r.size() || p[r.size()] == '/');
+}
+
+} // namespace detail
+
+/// The complete policy of one call: what every enforcement backend consumes.
+struct ResolvedPolicy {
+  SandboxMode mode = SandboxMode::read_only;       ///< The mode in force for this call.
+  std::filesystem::path workspace_root;            ///< Canonical, absolute.
+  ModeSource mode_source = ModeSource::deployment; ///< Which input decided `mode`.
+  RootSource root_source = RootSource::deployment; ///< Which input decided `workspace_root`.
+
+  bool operator==(const ResolvedPolicy&) const = default;
+
+  /// The in-process write check of the `filesystem` family. Returns false in read-only and
+  /// true in danger-full-access. In workspace-write returns true exactly when `target`,
+  /// taken against the workspace root if relative and canonicalized like the root (so a
+  /// symbolic link inside the workspace that points outside is outside), is the root or lies
+  /// beneath it by whole components. An empty path is never permitted.
+  /// A path check is only as good as the moment it runs: the filesystem can change between
+  /// this check and the write (time of check / time of use). Open beneath the root with the
+  /// kernel's help (see landlock.hpp's `open_beneath`) where that matters.
+  [[nodiscard]] bool permits_write(const std::filesystem::path& target) const {
+    switch (mode) {
+    case SandboxMode::danger_full_access:
+      return true;
+    case SandboxMode::workspace_write:
+      return !target.empty() &&
+             detail::is_within(canonical_path(target.is_absolute() ? target : workspace_root / target), workspace_root);
+    case SandboxMode::read_only:
+      break;
+    }
+    return false;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The model text
+// ---------------------------------------------------------------------------------------------
+
+/// The name of the context contribution this library renders.
+inline constexpr std::string_view SANDBOX_POLICY_CONTEXT = "sandbox:policy";
+
+namespace detail {
+
+/// How the model text names each family, indexed by the family's value.
+inline constexpr std::array<std::string_view, 3> FAMILY_LABELS{"the write and edit tools", "one-shot bash commands",
+                                                               "terminal sessions"};
+static_assert(FAMILY_LABELS.size() == FAMILIES.size());
+
+/// Appends the labels of `families` joined as `A`, `A and B` or `A, B, and C` (with
+/// `conjunction` in place of "and"), the first letter upper-cased when `sentence_start`.
+inline void append_family_list(std::string& out, FamilySet families, std::string_view conjunction,
+                               bool sentence_start) {
+  const std::size_t count = families.size();
+  const std::size_t first = out.size();
+  std::size_t index = 0;
+  for (Family family : families) {
+    if (index > 0) {
+      out += count > 2 ? ", " : " ";
+      if (index + 1 == count) {
+        out.append(conjunction).append(" ");
+      }
+    }
+    out += FAMILY_LABELS[static_cast<std::size_t>(family)];
+    ++index;
+  }
+  if (sentence_start && out.size() > first && out[first] >= 'a' && out[first] <= 'z') {
+    out[first] = static_cast<char>(out[first] - 'a' + 'A');
+  }
+}
+
+/// Returns the length of the well-formed UTF-8 sequence at the start of `bytes`, or 0 when it
+/// is ill-formed; `*consumed` receives the maximal subpart to replace by one U+FFFD (>= 1).
+[[nodiscard]] constexpr std::size_t utf8_sequence(std::string_view bytes, std::size_t* consumed) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t length = 0;
+  unsigned char low = 0x80;
+  unsigned char high = 0xBF;
+  if (lead < 0x80) {
+    *consumed = 1;
+    return 1;
+  }
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    low = lead == 0xE0 ? 0xA0 : 0x80;
+    high = lead == 0xED ? 0x9F : 0xBF;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    low = lead == 0xF0 ? 0x90 : 0x80;
+    high = lead == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    *consumed = 1;
+    return 0;
+  }
+  for (std::size_t i = 1; i < length; ++i) {
+    const bool in_range = i < bytes.size() && byte(i) >= (i == 1 ? low : 0x80) && byte(i) <= (i == 1 ? high : 0xBF);
+    if (!in_range) {
+      *consumed = i;
+      return 0;
+    }
+  }
+  *consumed = length;
+  return length;
+}
+
+/// Appends `text` as a JSON string literal: in double quotes; `"`, `\` and control
+/// characters escaped as JSON does; valid UTF-8 as it is; each maximal ill-formed subpart
+/// replaced by U+FFFD. The result can never end the literal early or start a new line.
+inline void append_json_string(std::string& out, std::string_view text) {
+  constexpr std::string_view hex = "0123456789abcdef";
+  out += '"';
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t consumed = 1;
+    if (c >= 0x80) {
+      const std::size_t valid = utf8_sequence(text.substr(i), &consumed);
+      out.append(valid > 0 ? text.substr(i, valid) : std::string_view("\xEF\xBF\xBD"));
+    } else if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c >= 0x20) {
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\b') {
+      out += "\\b";
+    } else if (c == '\f') {
+      out += "\\f";
+    } else {
+      out += "\\u00";
+      out += hex[c >> 4U];
+      out += hex[c & 0x0FU];
+    }
+    i += consumed;
+  }
+  out += '"';
+}
+
+} // namespace detail
+
+/// Returns `text` as a JSON string literal (see the model text's `{root}`).
+[[nodiscard]] inline std::string json_string_literal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  detail::append_json_string(out, text);
+  return out;
+}
+
+/// Stores the policy as `{"mode","workspaceRoot","modeSource","rootSource"}`; a root that is
+/// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
+inline void to_json(nlohmann::json& json, const ResolvedPolicy& policy) {
+  json = nlohmann::json{{"mode", policy.mode},
+                        {"workspaceRoot", nlohmann::json::parse(json_string_literal(policy.workspace_root.native()))},
+                        {"modeSource", policy.mode_source},
+                        {"rootSource", policy.root_source}};
+}
+
+/// Renders the `sandbox:policy` text of SPEC §6, byte for byte. Returns "" when `enforced`
+/// is empty; otherwise one line without a trailing newline. Only families both enforced and
+/// in `escalatable` are named as escalatable, and only in read-only. The text depends only
+/// on the mode, the families, `host_label` and the root.
+[[nodiscard]] inline std::string render_policy_context(const ResolvedPolicy& policy, FamilySet enforced,
+                                                       FamilySet escalatable, std::string_view host_label = "DSH") {
+  if (enforced.empty()) {
+    return {};
+  }
+  escalatable = escalatable & enforced;
+  std::string text;
+  text.reserve(400 + 2 * host_label.size() + policy.workspace_root.native().size());
+  text.append("Current ").append(host_label).append(" file policy: ").append(to_string(policy.mode)).append(". ");
+  switch (policy.mode) {
+  case SandboxMode::read_only:
+    detail::append_family_list(text, enforced, "and", true);
+    text += " cannot modify files in the standing mode.";
+    if (!escalatable.empty()) {
+      text += " For ";
+      detail::append_family_list(text, escalatable, "and", false);
+      text += ", do not refuse a required modification from this standing mode alone: attempt it normally and "
+              "follow the tool's denial and escalation guidance.";
+    }
+    break;
+  case SandboxMode::workspace_write:
+    detail::append_family_list(text, enforced, "and", true);
+    text += " may modify files under the session workspace: ";
+    detail::append_json_string(text, policy.workspace_root.native());
+    text += ". Some platform temporary areas may also be writable.";
+    break;
+  case SandboxMode::danger_full_access:
+    text.append("The ").append(host_label).append(" file sandbox does not restrict ");
+    detail::append_family_list(text, enforced, "or", false);
+    text += ".";
+    break;
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The owner and its registry
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+/// What a `Disposer` takes back.
+enum class Contribution : std::uint8_t { enforced, escalatable, listener };
+
+/// The thread-safe registry of family contributions and change listeners of one owner.
+class Registry {
+public:
+  /// Counts one more contribution of `kind` for `family`, then notifies the listeners.
+  void add(Contribution kind, Family family) {
+    {
+      const std::lock_guard lock(mutex_);
+      ++counter(kind, family);
+    }
+    notify();
+  }
+
+  /// Takes one contribution back, then notifies the listeners.
+  void remove(Contribution kind, Family family) noexcept {
+    {
+      const std::lock_guard lock(mutex_);
+      --counter(kind, family);
+    }
+    notify();
+  }
+
+  /// Adds a listener; returns its id.
+  std::uint64_t add_listener(std::function<void()> listener) {
+    const std::lock_guard lock(mutex_);
+    auto next = std::make_shared<ListenerList>(listeners_ ? *listeners_ : ListenerList{});
+    next->emplace_back(next_listener_id_, std::move(listener));
+    listeners_ = std::move(next);
+    return next_listener_id_++;
+  }
+
+  /// Removes the listener `id`. Copying the list can fail only for lack of memory, and then
+  /// the listener stays: removal must not throw, because it runs in destructors.
+  void remove_listener(std::uint64_t id) noexcept {
+    const std::lock_guard lock(mutex_);
+    if (!listeners_) {
+      return;
+    }
+    try {
+      auto next = std::make_shared<ListenerList>();
+      next->reserve(listeners_->size());
+      for (const auto& entry : *listeners_) {
+        if (entry.first != id) {
+          next->push_back(entry);
+        }
+      }
+      listeners_ = next->empty() ? nullptr : std::move(next);
+    } catch (...) { // NOLINT(bugprone-empty-catch): see the brief above
+    }
+  }
+
+  /// Returns the enforced families and the families both enforced and escalatable, read together.
+  [[nodiscard]] std::pair<FamilySet, FamilySet> families() const {
+    FamilySet enforced;
+    FamilySet escalatable;
+    const std::lock_guard lock(mutex_);
+    for (Family family : FAMILIES) {
+      const auto index = static_cast<std::size_t>(family);
+      if (enforced_[index] > 0) {
+        enforced.insert(family);
+        if (escalatable_[index] > 0) {
+          escalatable.insert(family);
+        }
+      }
+    }
+    return {enforced, escalatable};
+  }
+
+private:
+  using ListenerList = std::vector<std::pair<std::uint64_t, std::function<void()>>>;
+
+  std::size_t& counter(Contribution kind, Family family) noexcept {
+    auto& counts = kind == Contribution::enforced ? enforced_ : escalatable_;
+    return counts[static_cast<std::size_t>(family)];
+  }
+
+  // Listeners run outside the lock so that they may call back into the owner; the list is
+  // copy-on-write, so taking it costs no allocation.
+  void notify() noexcept {
+    std::shared_ptr<const ListenerList> listeners;
+    {
+      const std::lock_guard lock(mutex_);
+      listeners = listeners_;
+    }
+    if (listeners) {
+      for (const auto& entry : *listeners) {
+        entry.second();
+      }
+    }
+  }
+
+  mutable std::mutex mutex_;
+  std::array<std::size_t, 3> enforced_{};
+  std::array<std::size_t, 3> escalatable_{};
+  std::shared_ptr<const ListenerList> listeners_;
+  std::uint64_t next_listener_id_ = 0;
+};
+
+} // namespace detail
+
+/// Takes back one registration when disposed or destroyed. Move-only; `dispose()` is
+/// idempotent; disposing after the owner is gone does nothing.
+class Disposer {
+public:
+  /// An inactive disposer.
+  Disposer() noexcept = default;
+  Disposer(const Disposer&) = delete;
+  Disposer& operator=(const Disposer&) = delete;
+  /// Takes over `other`'s registration; `other` becomes inactive.
+  Disposer(Disposer&& other) noexcept
+      : registry_(std::move(other.registry_)), kind_(other.kind_), family_(other.family_),
+        listener_id_(other.listener_id_), active_(std::exchange(other.active_, false)) {}
+  /// Disposes this registration, then takes over `other`'s.
+  Disposer& operator=(Disposer&& other) noexcept {
+    if (this != &other) {
+      dispose();
+      registry_ = std::move(other.registry_);
+      kind_ = other.kind_;
+      family_ = other.family_;
+      listener_id_ = other.listener_id_;
+      active_ = std::exchange(other.active_, false);
+    }
+    return *this;
+  }
+  /// Disposes.
+  ~Disposer() { dispose(); }
+
+  /// Takes the registration back (the listeners of the owner run before it returns, and must
+  /// not throw: this function is noexcept). Does nothing if inactive or the owner is gone.
+  void dispose() noexcept {
+    if (!std::exchange(active_, false)) {
+      return;
+    }
+    if (const auto registry = registry_.lock()) {
+      if (kind_ == detail::Contribution::listener) {
+        registry->remove_listener(listener_id_);
+      } else {
+        registry->remove(kind_, family_);
+      }
+    }
+    registry_.reset();
+  }
+
+  /// Returns true until disposed or moved from.
+  [[nodiscard]] bool active() const noexcept { return active_; }
+
+private:
+  friend class PolicyOwner;
+  Disposer(std::weak_ptr<detail::Registry> registry, detail::Contribution kind, Family family,
+           std::uint64_t listener_id) noexcept
+      : registry_(std::move(registry)), kind_(kind), family_(family), listener_id_(listener_id), active_(true) {}
+
+  std::weak_ptr<detail::Registry> registry_;
+  detail::Contribution kind_ = detail::Contribution::enforced;
+  Family family_ = Family::filesystem;
+  std::uint64_t listener_id_ = 0;
+  bool active_ = false;
+};
+
+/// The single owner of the sandbox policy: deployment default, fallback root, resolution,
+/// the family registry and the model text. Every member function is safe to call from any
+/// number of threads at once.
+class PolicyOwner {
+public:
+  /// Validates the configuration and canonicalizes the fallback root once. Throws ConfigError
+  /// for a mode outside the enum, an empty root or one holding NUL, or an invalid host label;
+  /// std::system_error when the root is relative (or absent) and the working directory cannot be read.
+  explicit PolicyOwner(PolicyConfig config = {})
+      : default_mode_(config.mode), workspace_root_(canonical_root(config.workspace_root)),
+        host_label_(std::move(config.host_label)), registry_(std::make_shared<detail::Registry>()) {
+    detail::require_valid_mode(default_mode_);
+    detail::require_valid_label(host_label_);
+  }
+  // Disposers and listeners are tied to this owner's registry: hold the owner by reference
+  // or pointer instead of copying or moving it.
+  PolicyOwner(const PolicyOwner&) = delete;
+  PolicyOwner& operator=(const PolicyOwner&) = delete;
+  PolicyOwner(PolicyOwner&&) = delete;
+  PolicyOwner& operator=(PolicyOwner&&) = delete;
+  ~PolicyOwner() = default;
+
+  /// Returns the deployment default mode.
+  [[nodiscard]] SandboxMode defaultMode() const noexcept { return default_mode_; }
+  /// Returns the canonical fallback workspace root.
+  [[nodiscard]] const std::filesystem::path& workspaceRoot() const noexcept { return workspace_root_; }
+  /// Returns the host label the model text uses.
+  [[nodiscard]] const std::string& hostLabel() const noexcept { return host_label_; }
+
+  /// Resolves the policy of a call without a session: `approved`, else the deployment default;
+  /// the fallback root.
+  [[nodiscard]] ResolvedPolicy resolve(std::optional<SandboxMode> approved = {}) const {
+    return ResolvedPolicy{approved.value_or(default_mode_), workspace_root_,
+                          approved ? ModeSource::approved : ModeSource::deployment, RootSource::deployment};
+  }
+
+  /// Resolves the policy of a call in `session`: mode = `approved`, else the session's last
+  /// switch (its `sandbox_mode_override()` when it has one, the fold otherwise), else the
+  /// default; root = the canonical session cwd when non-empty, else the fallback root.
+  /// Throws InvariantViolation when the fold meets a forged event.
+  template <SessionLike S>
+  [[nodiscard]] ResolvedPolicy resolve(const S& session, std::optional<SandboxMode> approved = {}) const {
+    ResolvedPolicy policy{default_mode_, {}, ModeSource::deployment, RootSource::deployment};
+    if (approved) {
+      policy.mode = *approved;
+      policy.mode_source = ModeSource::approved;
+    } else if (const std::optional<SandboxMode> switched = session_mode(session)) {
+      policy.mode = *switched;
+      policy.mode_source = ModeSource::session;
+    }
+    const SessionHeader& header = session.header();
+    if (header.cwd && !header.cwd->empty()) {
+      policy.workspace_root = canonical_path(*header.cwd);
+      policy.root_source = RootSource::session;
+    } else {
+      policy.workspace_root = workspace_root_;
+    }
+    return policy;
+  }
+
+  /// Registers one contribution enforcing `family`; the family stays enforced until the last
+  /// of its contributions is disposed. Listeners run before this returns.
+  [[nodiscard]] Disposer registerEnforcedFamily(Family family) { return add(detail::Contribution::enforced, family); }
+  /// Registers one contribution offering escalation for `family` (effective while it is enforced).
+  [[nodiscard]] Disposer registerEscalatableFamily(Family family) {
+    return add(detail::Contribution::escalatable, family);
+  }
+
+  /// Returns the families with at least one live enforced contribution.
+  [[nodiscard]] FamilySet enforcedFamilies() const { return registry_->families().first; }
+  /// Returns the families both enforced and escalatable.
+  [[nodiscard]] FamilySet escalatableFamilies() const { return registry_->families().second; }
+
+  /// Returns the `sandbox:policy` contribution for `session`: "" when no family is enforced,
+  /// otherwise `render_policy_context(resolve(session), ...)`. Throws what `resolve` throws.
+  template <SessionLike S> [[nodiscard]] std::string context(const S& session) const {
+    const auto [enforced, escalatable] = registry_->families();
+    if (enforced.empty()) {
+      return {};
+    }
+    return render_policy_context(resolve(session), enforced, escalatable, host_label_);
+  }
+
+  /// Calls `listener` after every registration and disposal of a family contribution, on the
+  /// thread that made it, outside any lock. A listener must not throw. Dispose the returned
+  /// `Disposer` to stop.
+  [[nodiscard]] Disposer onChange(std::function<void()> listener) {
+    const std::uint64_t id = registry_->add_listener(std::move(listener));
+    return Disposer(registry_, detail::Contribution::listener, Family::filesystem, id);
+  }
+
+private:
+  [[nodiscard]] static std::filesystem::path canonical_root(const std::optional<std::filesystem::path>& root) {
+    if (!root) {
+      return canonical_path(detail::current_directory());
+    }
+    detail::require_valid_root(*root);
+    return canonical_path(*root);
+  }
+
+  template <SessionLike S> [[nodiscard]] static std::optional<SandboxMode> session_mode(const S& session) {
+    if constexpr (HasSandboxModeOverride<S>) {
+      return session.sandbox_mode_override();
+    } else {
+      return effective_mode(session.events());
+    }
+  }
+
+  [[nodiscard]] Disposer add(detail::Contribution kind, Family family) {
+    if (to_string(family).empty()) {
+      throw ConfigError(detail::expectation_message("PolicyOwner family", detail::enum_vocabulary<Family>(),
+                                                    static_cast<int>(family)));
+    }
+    registry_->add(kind, family);
+    return Disposer(registry_, kind, family, 0);
+  }
+
+  SandboxMode default_mode_;
+  std::filesystem::path workspace_root_;
+  std::string host_label_;
+  std::shared_ptr<detail::Registry> registry_;
+};
+
+} // namespace dsh

@@ -1,0 +1,1260 @@
+/// @file
+/// A durable, file-backed session in DSH's raw JSONL layout (SPEC §8).
+///
+/// `dsh::SessionLog` satisfies `dsh::AppendableSession` and `dsh::HasSandboxModeOverride`, so
+/// `set_sandbox_mode`, `effective_mode`, `PolicyOwner::resolve` and `PolicyOwner::context` work
+/// on it unchanged. Opening validates every line without keeping a parsed tree of the events:
+/// the log keeps one file offset per row and parses a row only when `events()` reaches it.
+#pragma once
+
+#include <dsh/sandbox_policy.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <iterator>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <ranges>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace dsh {
+
+/// A session log that cannot be created, opened, read or appended to. The message names the
+/// file (as a JSON string literal), the 1-based line when one line is at fault, and what is
+/// wrong: `session log "/var/s.jsonl" line 3: seq 2 where 1 was expected`.
+class LogError : public std::runtime_error {
+public:
+  /// Builds the error for `path`; `line` is 1-based, or 0 when no single line is at fault.
+  LogError(std::filesystem::path path, std::size_t line, std::string_view what)
+      : std::runtime_error(message(path, line, what)), path_(std::move(path)), line_(line) {}
+
+  /// Returns the log's path as it was given.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  /// Returns the 1-based line at fault, or 0 when the error is about the file as a whole.
+  [[nodiscard]] std::size_t line() const noexcept { return line_; }
+
+private:
+  [[nodiscard]] static std::string message(const std::filesystem::path& path, std::size_t line, std::string_view what) {
+    std::string text = "session log " + json_string_literal(path.native());
+    if (line > 0) {
+      text += " line " + std::to_string(line);
+    }
+    text.append(": ").append(what);
+    return text;
+  }
+
+  std::filesystem::path path_;
+  std::size_t line_;
+};
+
+/// A torn last line (a crash in the middle of an append left it without its final newline)
+/// that `SessionLog` cut off.
+struct TailRepair {
+  std::size_t line = 0;            ///< 1-based number the torn line had.
+  std::uint64_t offset = 0;        ///< Where it began: the file's size after the cut.
+  std::uint64_t removed_bytes = 0; ///< How many bytes were cut.
+  bool operator==(const TailRepair&) const = default;
+};
+
+namespace detail::slog {
+
+/// Containers nested deeper than this make a row invalid. It bounds the recursion of the
+/// scanner here and of nlohmann_json's `dump` and copy on rows that pass.
+inline constexpr std::size_t MAX_NESTING = 512;
+
+/// One member of a row that the scanner extracts.
+struct Field {
+  bool present = false;     ///< The key occurs.
+  bool valid = false;       ///< Its value has the required JSON type.
+  bool escaped = false;     ///< (strings) the token holds a backslash escape.
+  std::uint64_t number = 0; ///< (integers) the value; (the dt array) its element count.
+  std::string_view token;   ///< (strings) the token, quotes included.
+};
+
+/// What kind of JSON value a row is.
+enum class RowKind : std::uint8_t { object, array, other };
+
+/// What the scanner learned about one row: only what validation needs.
+struct RowFacts {
+  RowKind kind = RowKind::other;
+  Field type; ///< top-level "type": a string
+  Field seq;  ///< top-level "seq": a non-negative integer
+  Field seq0; ///< top-level "seq0": a non-negative integer
+  Field dt;   ///< "data"."dt": an array (number = its element count)
+};
+
+/// A validating single-pass scanner for one row: checks that the row is exactly one JSON
+/// value (RFC 8259 grammar, strings of well-formed UTF-8, escapes and surrogate pairs as
+/// nlohmann_json accepts them, nesting at most MAX_NESTING) and extracts the fields of
+/// `RowFacts` without building a tree. A duplicated key among the extracted ones is an error,
+/// because JSON leaves its meaning open. Everything it accepts, nlohmann_json parses.
+class RowScanner {
+public:
+  explicit RowScanner(std::string_view row) noexcept
+      : begin_(row.data()), p_(row.data()), end_(row.data() + row.size()) {}
+
+  /// Scans the row into `facts`; returns false, with `error()` set, if it is not valid.
+  [[nodiscard]] bool scan(RowFacts& facts) {
+    facts_ = &facts;
+    skip_space();
+    if (p_ < end_) {
+      facts.kind = *p_ == '{' ? RowKind::object : *p_ == '[' ? RowKind::array : RowKind::other;
+    }
+    if (!value(Slot::top, 0)) {
+      return false;
+    }
+    skip_space();
+    return p_ == end_ || fail("unexpected text after the JSON value");
+  }
+
+  /// Returns what is wrong and where (1-based byte column), after `scan` returned false.
+  [[nodiscard]] std::string error() const {
+    const auto column = std::to_string(static_cast<std::size_t>(where_ - begin_) + 1);
+    if (utf8_error_) {
+      return "not valid UTF-8 at column " + column;
+    }
+    return "not valid JSON at column " + column + ": " + reason_;
+  }
+
+private:
+  /// Which extracted member, if any, the value being scanned is.
+  enum class Slot : std::uint8_t { none, top, data, dt };
+
+  bool fail(const char* reason) noexcept {
+    reason_ = reason;
+    where_ = p_;
+    return false;
+  }
+
+  void skip_space() noexcept {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) {
+      ++p_;
+    }
+  }
+
+  bool value(Slot slot, std::size_t depth) {
+    if (p_ == end_) {
+      return fail("expected a value");
+    }
+    switch (*p_) {
+    case '{':
+      return object(slot, depth + 1);
+    case '[':
+      return array(slot, depth + 1);
+    case '"':
+      return string();
+    case 't':
+      return literal("true");
+    case 'f':
+      return literal("false");
+    case 'n':
+      return literal("null");
+    default:
+      return number();
+    }
+  }
+
+  bool literal(std::string_view word) noexcept {
+    if (static_cast<std::size_t>(end_ - p_) < word.size() || std::string_view(p_, word.size()) != word) {
+      return fail("invalid literal");
+    }
+    p_ += word.size();
+    return true;
+  }
+
+  static bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+  bool digits() noexcept {
+    if (p_ == end_ || !is_digit(*p_)) {
+      return fail("invalid number");
+    }
+    while (p_ < end_ && is_digit(*p_)) {
+      ++p_;
+    }
+    return true;
+  }
+
+  bool number() noexcept {
+    const char* start = p_;
+    if (p_ < end_ && *p_ == '-') {
+      ++p_;
+    }
+    if (p_ < end_ && *p_ == '0') {
+      ++p_;
+    } else if (!digits()) {
+      return fail(p_ == start ? "expected a value" : "invalid number");
+    }
+    if (p_ < end_ && *p_ == '.') {
+      ++p_;
+      if (!digits()) {
+        return false;
+      }
+    }
+    bool exponent = false;
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      exponent = true;
+      ++p_;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) {
+        ++p_;
+      }
+      if (!digits()) {
+        return false;
+      }
+    }
+    // Only an exponent or some 300 digits can reach the limit of a double.
+    if ((exponent || p_ - start > 300) && !finite_number(start, p_)) {
+      p_ = start;
+      return fail("number out of range");
+    }
+    return true;
+  }
+
+  /// True if the number token [start, end) is finite as a double: nlohmann_json refuses one
+  /// that overflows (out_of_range 406), so the scanner must too. Decides from the decimal
+  /// magnitude of the leading digit, and asks from_chars only at the boundary (1e308).
+  static bool finite_number(const char* start, const char* end) noexcept {
+    const char* p = *start == '-' ? start + 1 : start;
+    std::int64_t digit_position = 0; // decimal exponent of the digit at p
+    const char* integer_end = std::find_if_not(p, end, is_digit);
+    digit_position = integer_end - p - 1;
+    std::optional<std::int64_t> leading; // decimal exponent of the first non-zero digit
+    for (; p < end && (is_digit(*p) || *p == '.'); ++p) {
+      if (*p == '.') {
+        continue;
+      }
+      if (*p != '0') {
+        leading = digit_position;
+        break;
+      }
+      --digit_position;
+    }
+    if (!leading) {
+      return true; // zero, whatever the exponent
+    }
+    const char* e = std::find_if(p, end, [](char c) { return c == 'e' || c == 'E'; });
+    std::int64_t exponent = 0;
+    if (e != end) {
+      const bool negative = e[1] == '-';
+      for (const char* d = e + 1 + ((e[1] == '+' || e[1] == '-') ? 1 : 0); d < end; ++d) {
+        exponent = std::min<std::int64_t>(exponent * 10 + (*d - '0'), 1000000);
+      }
+      exponent = negative ? -exponent : exponent;
+    }
+    const std::int64_t magnitude = *leading + exponent;
+    if (magnitude != 308) {
+      return magnitude < 308;
+    }
+    double value = 0;
+    return std::from_chars(start, end, value).ec == std::errc();
+  }
+
+  /// Scans a number into `field` as a non-negative integer when it is one.
+  bool integer_member(Field& field, std::size_t depth) {
+    const char* start = p_;
+    if (!value(Slot::none, depth)) {
+      return false;
+    }
+    field.valid = p_ > start && std::all_of(start, p_, is_digit);
+    for (const char* c = start; field.valid && c < p_; ++c) {
+      const auto digit = static_cast<std::uint64_t>(*c - '0');
+      field.valid = field.number <= (UINT64_MAX - digit) / 10;
+      field.number = field.number * 10 + digit;
+    }
+    return true;
+  }
+
+  /// True if none of the 8 bytes is '"', '\\', a control character or non-ASCII. It may say
+  /// false for plain bytes that follow a special one: the exact byte loop decides then.
+  static bool plain_bytes(std::uint64_t word) noexcept {
+    constexpr std::uint64_t ones = 0x0101010101010101ULL;
+    constexpr std::uint64_t highs = 0x8080808080808080ULL;
+    const std::uint64_t quote = word ^ (ones * '"');
+    const std::uint64_t backslash = word ^ (ones * '\\');
+    const std::uint64_t special =
+        ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (word - ones * 0x20) | word;
+    return (special & highs) == 0;
+  }
+
+  static int hex_digit(char c) noexcept {
+    if (c >= '0' && c <= '9') {
+      return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+      return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+      return c - 'A' + 10;
+    }
+    return -1;
+  }
+
+  /// Reads the four hex digits of a `\u` escape at `at` (just past the `u`), or -1.
+  [[nodiscard]] long code_unit(const char* at) const noexcept {
+    if (end_ - at < 4) {
+      return -1;
+    }
+    long unit = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int digit = hex_digit(at[i]);
+      if (digit < 0) {
+        return -1;
+      }
+      unit = unit * 16 + digit;
+    }
+    return unit;
+  }
+
+  bool escape() noexcept {
+    if (end_ - p_ < 2) {
+      return fail("unterminated string");
+    }
+    switch (p_[1]) {
+    case '"':
+    case '\\':
+    case '/':
+    case 'b':
+    case 'f':
+    case 'n':
+    case 'r':
+    case 't':
+      p_ += 2;
+      return true;
+    case 'u':
+      break;
+    default:
+      return fail("invalid escape");
+    }
+    const long unit = code_unit(p_ + 2);
+    if (unit < 0) {
+      return fail("invalid \\u escape");
+    }
+    if (unit >= 0xDC00 && unit <= 0xDFFF) {
+      return fail("low surrogate without a high surrogate before it");
+    }
+    p_ += 6;
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+      const long low = end_ - p_ >= 2 && p_[0] == '\\' && p_[1] == 'u' ? code_unit(p_ + 2) : -1;
+      if (low < 0xDC00 || low > 0xDFFF) {
+        return fail("high surrogate without a low surrogate after it");
+      }
+      p_ += 6;
+    }
+    return true;
+  }
+
+  bool utf8() noexcept {
+    std::size_t consumed = 0;
+    const std::size_t length =
+        detail::utf8_sequence(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), &consumed);
+    if (length == 0) {
+      utf8_error_ = true;
+      return fail("invalid UTF-8");
+    }
+    p_ += length;
+    return true;
+  }
+
+  /// Scans a string token (at its opening quote); notes whether it held an escape.
+  bool string() {
+    ++p_;
+    escaped_ = false;
+    for (;;) {
+      std::uint64_t word = 0;
+      while (end_ - p_ >= 8 && (std::memcpy(&word, p_, 8), plain_bytes(word))) {
+        p_ += 8;
+      }
+      if (p_ == end_) {
+        return fail("unterminated string");
+      }
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return true;
+      }
+      if (c == '\\') {
+        escaped_ = true;
+        if (!escape()) {
+          return false;
+        }
+      } else if (c < 0x20) {
+        return fail("control character in a string");
+      } else if (c < 0x80) {
+        ++p_;
+      } else if (!utf8()) {
+        return false;
+      }
+    }
+  }
+
+  /// Returns the extracted member that key `token` (quotes included) names in `slot`.
+  [[nodiscard]] Field* member(Slot slot, std::string_view token) {
+    if (slot != Slot::top && slot != Slot::data) {
+      return nullptr;
+    }
+    std::string decoded;
+    std::string_view name = token.substr(1, token.size() - 2);
+    if (escaped_) {
+      decoded = nlohmann::json::parse(token).get<std::string>();
+      name = decoded;
+    }
+    if (slot == Slot::data) {
+      return name == "dt" ? &facts_->dt : nullptr;
+    }
+    if (name == "type") {
+      return &facts_->type;
+    }
+    if (name == "seq") {
+      return &facts_->seq;
+    }
+    if (name == "seq0") {
+      return &facts_->seq0;
+    }
+    return name == "data" ? &data_ : nullptr;
+  }
+
+  /// Scans the value of a member; extracts it when `field` is one of the extracted members.
+  bool member_value(Field* field, std::size_t depth) {
+    if (field == nullptr) {
+      return value(Slot::none, depth);
+    }
+    if (field == &data_) {
+      return value(Slot::data, depth);
+    }
+    if (field == &facts_->type) {
+      const char* start = p_;
+      if (!value(Slot::none, depth)) {
+        return false;
+      }
+      field->valid = *start == '"';
+      field->token = std::string_view(start, static_cast<std::size_t>(p_ - start));
+      field->escaped = escaped_;
+      return true;
+    }
+    if (field == &facts_->dt) {
+      field->valid = p_ < end_ && *p_ == '[';
+      return value(field->valid ? Slot::dt : Slot::none, depth);
+    }
+    return integer_member(*field, depth);
+  }
+
+  bool object(Slot slot, std::size_t depth) {
+    if (depth > MAX_NESTING) {
+      return fail("nesting deeper than 512");
+    }
+    ++p_;
+    skip_space();
+    if (p_ < end_ && *p_ == '}') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (p_ == end_ || *p_ != '"') {
+        return fail("expected a string key");
+      }
+      const char* key = p_;
+      if (!string()) {
+        return false;
+      }
+      Field* field = member(slot, std::string_view(key, static_cast<std::size_t>(p_ - key)));
+      if (field != nullptr && std::exchange(field->present, true)) {
+        p_ = key;
+        return fail("duplicate key");
+      }
+      skip_space();
+      if (p_ == end_ || *p_ != ':') {
+        return fail("expected ':'");
+      }
+      ++p_;
+      skip_space();
+      if (!member_value(field, depth)) {
+        return false;
+      }
+      skip_space();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        skip_space();
+        continue;
+      }
+      if (p_ < end_ && *p_ == '}') {
+        ++p_;
+        return true;
+      }
+      return fail("expected ',' or '}'");
+    }
+  }
+
+  bool array(Slot slot, std::size_t depth) {
+    if (depth > MAX_NESTING) {
+      return fail("nesting deeper than 512");
+    }
+    ++p_;
+    skip_space();
+    if (p_ < end_ && *p_ == ']') {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      if (!value(Slot::none, depth)) {
+        return false;
+      }
+      if (slot == Slot::dt) {
+        ++facts_->dt.number;
+      }
+      skip_space();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        skip_space();
+        continue;
+      }
+      if (p_ < end_ && *p_ == ']') {
+        ++p_;
+        return true;
+      }
+      return fail("expected ',' or ']'");
+    }
+  }
+
+  const char* begin_;
+  const char* p_;
+  const char* end_;
+  const char* where_ = nullptr;
+  const char* reason_ = "";
+  bool utf8_error_ = false;
+  bool escaped_ = false;
+  RowFacts* facts_ = nullptr;
+  Field data_; ///< only its presence matters: "data" must not be duplicated
+};
+
+/// Returns `"<what>: <strerror(error)>"`.
+[[nodiscard]] inline std::string with_errno(std::string_view what, int error) {
+  return std::string(what) + ": " + std::generic_category().message(error);
+}
+
+/// Owns a POSIX file descriptor; closes it on destruction.
+class FileDescriptor {
+public:
+  FileDescriptor() noexcept = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { reset(); }
+
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  void reset() noexcept {
+    if (fd_ >= 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+
+private:
+  int fd_ = -1;
+};
+
+/// Opens `path` with `flags` (and O_CLOEXEC); throws LogError for `named` (the file the
+/// caller is about) naming the failure.
+[[nodiscard]] inline FileDescriptor open_file(const std::filesystem::path& path, int flags, mode_t mode,
+                                              const std::filesystem::path& named) {
+  int fd = -1;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    throw LogError(named, 0, with_errno("cannot open", errno));
+  }
+  return FileDescriptor(fd);
+}
+
+/// Holds `flock(LOCK_EX)` on a descriptor for its lifetime: the lock every cooperating
+/// process takes around reading the tail and appending, so appends never interleave and
+/// `seq` stays contiguous across processes.
+class ExclusiveFileLock {
+public:
+  ExclusiveFileLock(int fd, const std::filesystem::path& path) : fd_(fd) {
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        throw LogError(path, 0, with_errno("cannot lock", errno));
+      }
+    }
+  }
+  ExclusiveFileLock(const ExclusiveFileLock&) = delete;
+  ExclusiveFileLock& operator=(const ExclusiveFileLock&) = delete;
+  ~ExclusiveFileLock() { ::flock(fd_, LOCK_UN); }
+
+private:
+  int fd_;
+};
+
+/// Returns the size of the open file; throws LogError unless it is a regular file.
+[[nodiscard]] inline std::uint64_t regular_file_size(int fd, const std::filesystem::path& path) {
+  struct stat status {};
+  if (::fstat(fd, &status) != 0) {
+    throw LogError(path, 0, with_errno("cannot stat", errno));
+  }
+  if (!S_ISREG(status.st_mode)) {
+    throw LogError(path, 0, "not a regular file");
+  }
+  return static_cast<std::uint64_t>(status.st_size);
+}
+
+/// Reads exactly `size` bytes at `offset` into `out`; throws LogError if the file ends first.
+inline void read_exactly(int fd, const std::filesystem::path& path, char* out, std::size_t size, std::uint64_t offset) {
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got < 0) {
+      throw LogError(path, 0, with_errno("cannot read", errno));
+    }
+    if (got == 0) {
+      throw LogError(path, 0, "the file shrank while it was being read");
+    }
+    const auto count = static_cast<std::size_t>(got);
+    out += count;
+    size -= count;
+    offset += count;
+  }
+}
+
+/// Streams the complete lines of bytes [from, to) of `fd` to `on_row(row, offset)` (the row
+/// without its newline, and the file offset where it starts) through a bounded buffer that
+/// grows only to hold one long line. Returns the offset just past the last complete line:
+/// the bytes from there to `to` are an unterminated (torn) last line.
+template <class OnRow> std::uint64_t for_each_row(int fd, const std::filesystem::path& path, std::uint64_t from,
+                                                  std::uint64_t to, OnRow&& on_row) {
+  constexpr std::uint64_t block = std::uint64_t{1} << 20;
+  std::vector<char> buffer(static_cast<std::size_t>(std::clamp<std::uint64_t>(to - from, 1, block)));
+  std::uint64_t base = from; // file offset of buffer[0]
+  std::size_t held = 0;      // bytes in the buffer
+  std::size_t searched = 0;  // bytes known to hold no newline after the last row
+  ::posix_fadvise(fd, static_cast<off_t>(from), 0, POSIX_FADV_SEQUENTIAL);
+  while (base + held < to) {
+    if (held == buffer.size()) {
+      buffer.resize(static_cast<std::size_t>(std::min<std::uint64_t>(to - base, 2 * buffer.size())));
+    }
+    const auto chunk = static_cast<std::size_t>(std::min<std::uint64_t>(buffer.size() - held, to - base - held));
+    read_exactly(fd, path, buffer.data() + held, chunk, base + held);
+    held += chunk;
+    std::size_t row_start = 0;
+    while (const void* newline = std::memchr(buffer.data() + searched, '\n', held - searched)) {
+      const auto end = static_cast<std::size_t>(static_cast<const char*>(newline) - buffer.data());
+      on_row(std::string_view(buffer.data() + row_start, end - row_start), base + row_start);
+      row_start = end + 1;
+      searched = row_start;
+    }
+    std::memmove(buffer.data(), buffer.data() + row_start, held - row_start);
+    base += row_start;
+    held -= row_start;
+    searched = held;
+  }
+  return base;
+}
+
+/// What validation has established so far about a log: the rows seen and what comes next.
+struct Tally {
+  std::size_t lines = 0;           ///< Complete lines validated, the header included.
+  std::uint64_t next_seq = 0;      ///< The seq the next row must carry.
+  std::optional<SandboxMode> mode; ///< The mode of the last `sandbox/mode` event.
+};
+
+/// Returns the decoded string of a string field (a view of the row unless it was escaped).
+[[nodiscard]] inline std::string_view field_text(const Field& field, std::string& storage) {
+  if (!field.escaped) {
+    return field.token.substr(1, field.token.size() - 2);
+  }
+  storage = nlohmann::json::parse(field.token).get<std::string>();
+  return storage;
+}
+
+/// Scans one row; throws LogError for `line` unless it is a well-formed JSON object.
+[[nodiscard]] inline RowFacts scan_object(std::string_view row, std::size_t line, const std::filesystem::path& path) {
+  RowFacts facts;
+  RowScanner scanner(row);
+  if (!scanner.scan(facts)) {
+    throw LogError(path, line, row.empty() ? std::string("empty line") : scanner.error());
+  }
+  if (facts.kind != RowKind::object) {
+    throw LogError(path, line,
+                   facts.kind == RowKind::array ? "expected a JSON object, found an array"
+                                                : "expected a JSON object, found a scalar");
+  }
+  return facts;
+}
+
+/// Parses a row the scanner accepted into a tree (for the few rows that need one).
+[[nodiscard]] inline nlohmann::json parse_row(std::string_view row, std::size_t line,
+                                              const std::filesystem::path& path) {
+  try {
+    return nlohmann::json::parse(row);
+  } catch (const nlohmann::json::exception& error) {
+    throw LogError(path, line, std::string("not valid JSON: ") + error.what());
+  }
+}
+
+/// Throws LogError for `line` unless `row` is the next valid row of the log; advances `tally`.
+/// A row whose "type" has no "/" is a packed chunk row covering `data.dt.size() + 1` seqs
+/// from "seq0"; any other row is one event with "seq"; a `sandbox/mode` event is parsed and
+/// checked by `validate_event`.
+inline void check_row(std::string_view row, std::size_t line, Tally& tally, const std::filesystem::path& path) {
+  const RowFacts facts = scan_object(row, line, path);
+  if (!facts.type.valid) {
+    throw LogError(path, line, "expected a string \"type\"");
+  }
+  std::string storage;
+  const std::string_view type = field_text(facts.type, storage);
+  const bool packed = type.find('/') == std::string_view::npos;
+  const Field& seq = packed ? facts.seq0 : facts.seq;
+  const std::string_view seq_name = packed ? "seq0" : "seq";
+  if (!seq.valid) {
+    throw LogError(path, line,
+                   packed ? "a row whose type has no \"/\" is a packed chunk row and needs a non-negative integer "
+                            "\"seq0\""
+                          : "expected a non-negative integer \"seq\"");
+  }
+  if (seq.number != tally.next_seq) {
+    throw LogError(path, line,
+                   std::string(seq_name) + " " + std::to_string(seq.number) + " where " +
+                       std::to_string(tally.next_seq) + " was expected");
+  }
+  if (packed) {
+    if (!facts.dt.valid) {
+      throw LogError(path, line, "a packed chunk row needs an array \"data\".\"dt\"");
+    }
+    tally.next_seq += facts.dt.number + 1;
+    return;
+  }
+  ++tally.next_seq;
+  if (type == SANDBOX_MODE_EVENT) {
+    const nlohmann::json event = parse_row(row, line, path);
+    if (auto failure = validate_event(event)) {
+      throw LogError(path, line, *failure);
+    }
+    tally.mode = detail::switched_mode(event);
+  }
+}
+
+/// Returns `header[key]`, or nullptr when absent.
+[[nodiscard]] inline const nlohmann::json* header_member(const nlohmann::json& header, const char* key) {
+  const auto found = header.find(key);
+  return found == header.end() ? nullptr : &*found;
+}
+
+/// Throws LogError for line 1 saying what the header's `key` should have been.
+[[noreturn]] inline void bad_header(const std::filesystem::path& path, const char* key, std::string_view expected,
+                                    const nlohmann::json* found) {
+  std::string what = "session header \"";
+  what.append(key).append("\": expected ").append(expected).append("; found ");
+  what += found == nullptr ? std::string("nothing") : detail::compact_json(*found);
+  throw LogError(path, 1, what);
+}
+
+/// Validates the header row (line 1) and returns its fields; `json` receives the whole header.
+[[nodiscard]] inline SessionHeader check_header(std::string_view row, const std::filesystem::path& path,
+                                                nlohmann::json& json) {
+  static_cast<void>(scan_object(row, 1, path));
+  json = parse_row(row, 1, path);
+  const nlohmann::json* type = header_member(json, "type");
+  if (type == nullptr || *type != "session") {
+    bad_header(path, "type", "\"session\"", type);
+  }
+  const nlohmann::json* version = header_member(json, "version");
+  if (version == nullptr || !version->is_number_integer() || *version != 0) {
+    bad_header(path, "version", "0 (the only version this library reads)", version);
+  }
+  SessionHeader header;
+  const nlohmann::json* id = header_member(json, "id");
+  if (id == nullptr || !id->is_string()) {
+    bad_header(path, "id", "a string", id);
+  }
+  header.id = id->get<std::string>();
+  const nlohmann::json* created = header_member(json, "createdAt");
+  if (created == nullptr || !created->is_number_integer() ||
+      (created->is_number_unsigned() && created->get<std::uint64_t>() > INT64_MAX)) {
+    bad_header(path, "createdAt", "an integer (epoch milliseconds)", created);
+  }
+  header.created_at = created->get<std::int64_t>();
+  if (const nlohmann::json* cwd = header_member(json, "cwd")) {
+    if (!cwd->is_string()) {
+      bad_header(path, "cwd", "a string, or no \"cwd\" at all", cwd);
+    }
+    header.cwd = cwd->get<std::string>();
+  }
+  return header;
+}
+
+/// Returns `value` as compact JSON; throws LogError naming `what` when it holds invalid UTF-8.
+[[nodiscard]] inline std::string dump_or_throw(const nlohmann::json& value, const std::filesystem::path& path,
+                                               std::string_view what) {
+  try {
+    return value.dump();
+  } catch (const nlohmann::json::type_error& error) {
+    throw LogError(path, 0, "cannot write " + std::string(what) + ": " + error.what());
+  }
+}
+
+/// Fsyncs the directory that holds `path`, so that a new directory entry is durable.
+inline void sync_parent_directory(const std::filesystem::path& path) {
+  const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  const FileDescriptor directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, parent);
+  if (::fsync(directory.get()) != 0) {
+    throw LogError(path, 0, with_errno("cannot sync the parent directory", errno));
+  }
+}
+
+/// Encodes an optional mode in one byte (0: none) so it can be read without a lock.
+[[nodiscard]] constexpr std::uint8_t encode_mode(std::optional<SandboxMode> mode) noexcept {
+  return mode ? static_cast<std::uint8_t>(static_cast<std::uint8_t>(*mode) + 1) : std::uint8_t{0};
+}
+[[nodiscard]] constexpr std::optional<SandboxMode> decode_mode(std::uint8_t code) noexcept {
+  return code == 0 ? std::nullopt : std::optional<SandboxMode>(static_cast<SandboxMode>(code - 1));
+}
+
+/// The shared state of one open log. Writers (append, refresh) are serialized by
+/// `write_mutex` and by the file lock; the row index is also read by `events()` under
+/// `index_mutex`, which writers hold only to publish what they validated.
+class LogState {
+public:
+  explicit LogState(std::filesystem::path log_path) : path(std::move(log_path)) {}
+
+  const std::filesystem::path path;
+  FileDescriptor fd;
+  SessionHeader header;
+  nlohmann::json header_json;
+
+  /// Validates the whole file (its lock held), cuts a torn last line, and indexes the rows.
+  void load() {
+    const std::uint64_t size = regular_file_size(fd.get(), path);
+    if (size == 0) {
+      throw LogError(path, 0, "the file is empty; line 1 must be a session header");
+    }
+    Tally tally;
+    std::deque<std::uint64_t> starts;
+    const std::uint64_t end = for_each_row(fd.get(), path, 0, size, [&](std::string_view row, std::uint64_t offset) {
+      if (++tally.lines == 1) {
+        header = check_header(row, path, header_json);
+      } else {
+        check_row(row, tally.lines, tally, path);
+        starts.push_back(offset);
+      }
+    });
+    if (tally.lines == 0) {
+      throw LogError(path, 1, "the session header has no final newline (a torn header is not repaired)");
+    }
+    publish(tally, std::move(starts), end, cut_torn_tail(end, size, tally.lines + 1));
+  }
+
+  /// Validates and indexes rows other processes appended since this state last looked, and
+  /// cuts a torn line a crashed writer left. Call with `write_mutex` and the file lock held.
+  void catch_up() {
+    const std::uint64_t size = regular_file_size(fd.get(), path);
+    if (size < end_) {
+      throw LogError(path, 0,
+                     "the file shrank from " + std::to_string(end_) + " to " + std::to_string(size) +
+                         " bytes since it was validated");
+    }
+    if (size == end_) {
+      return;
+    }
+    Tally tally = tally_;
+    std::deque<std::uint64_t> starts;
+    const std::uint64_t end = for_each_row(fd.get(), path, end_, size, [&](std::string_view row, std::uint64_t offset) {
+      check_row(row, ++tally.lines, tally, path);
+      starts.push_back(offset);
+    });
+    publish(tally, std::move(starts), end, cut_torn_tail(end, size, tally.lines + 1));
+  }
+
+  /// Appends one event line durably and returns its seq. See `SessionLog::append`.
+  std::uint64_t append(std::string_view type, nlohmann::json data) {
+    if (type.find('/') == std::string_view::npos) {
+      throw LogError(path, 0,
+                     "cannot append an event of type " + json_string_literal(type) +
+                         ": an event type needs a \"/\" (a type without one marks a packed chunk row)");
+    }
+    nlohmann::json event{{"type", type}, {"data", std::move(data)}};
+    const std::optional<SandboxMode> switched = detail::switched_mode(event); // throws if forged
+    const std::string type_json = dump_or_throw(event["type"], path, "the event type");
+    const std::string data_json = dump_or_throw(event["data"], path, "the event data");
+
+    const std::lock_guard write_lock(write_mutex_);
+    if (broken_) {
+      throw LogError(path, 0, "a failed append could not be rolled back; reopen the log");
+    }
+    const ExclusiveFileLock file_lock(fd.get(), path);
+    catch_up();
+    const std::uint64_t seq = tally_.next_seq;
+    std::string line;
+    line.reserve(type_json.size() + data_json.size() + 64);
+    line.append(R"({"type":)").append(type_json);
+    line.append(R"(,"seq":)").append(std::to_string(seq));
+    line.append(R"(,"time":)").append(std::to_string(detail::now_epoch_ms()));
+    line.append(R"(,"data":)").append(data_json).append("}\n");
+    write_line(line);
+
+    Tally tally = tally_;
+    ++tally.lines;
+    ++tally.next_seq;
+    if (switched) {
+      tally.mode = switched;
+    }
+    publish(tally, {end_}, end_ + line.size(), std::nullopt);
+    return seq;
+  }
+
+  /// Catches up with other processes' appends. See `SessionLog::refresh`.
+  void refresh() {
+    const std::lock_guard write_lock(write_mutex_);
+    const ExclusiveFileLock file_lock(fd.get(), path);
+    catch_up();
+  }
+
+  /// Parses event row `index` from the file.
+  [[nodiscard]] nlohmann::json read_event(std::size_t index) const {
+    std::uint64_t begin = 0;
+    std::uint64_t end = 0;
+    {
+      const std::lock_guard lock(index_mutex_);
+      begin = starts_.at(index);
+      end = index + 1 < starts_.size() ? starts_[index + 1] : end_;
+    }
+    std::string row(static_cast<std::size_t>(end - begin - 1), '\0');
+    read_exactly(fd.get(), path, row.data(), row.size(), begin);
+    const std::size_t line = index + 2;
+    try {
+      return nlohmann::json::parse(row);
+    } catch (const nlohmann::json::exception& error) {
+      throw LogError(path, line, std::string("changed on disk after it was validated: ") + error.what());
+    }
+  }
+
+  [[nodiscard]] std::size_t row_count() const {
+    const std::lock_guard lock(index_mutex_);
+    return starts_.size();
+  }
+  [[nodiscard]] std::uint64_t next_seq() const {
+    const std::lock_guard lock(index_mutex_);
+    return tally_.next_seq;
+  }
+  [[nodiscard]] std::optional<TailRepair> tail_repair() const {
+    const std::lock_guard lock(index_mutex_);
+    return repair_;
+  }
+  [[nodiscard]] std::optional<SandboxMode> mode() const noexcept {
+    return decode_mode(mode_.load(std::memory_order_acquire));
+  }
+
+  /// Writes `line` with one write(2) at the end of the file and syncs it; on any failure
+  /// cuts the file back to where it was and throws.
+  void write_line(const std::string& line) {
+    ssize_t written = -1;
+    do {
+      written = ::write(fd.get(), line.data(), line.size());
+    } while (written < 0 && errno == EINTR);
+    if (written < 0 || static_cast<std::size_t>(written) != line.size()) {
+      roll_back(written < 0 ? with_errno("cannot write", errno)
+                            : "cannot write: only " + std::to_string(written) + " of " + std::to_string(line.size()) +
+                                  " bytes were written");
+    }
+    if (::fdatasync(fd.get()) != 0) {
+      roll_back(with_errno("cannot sync", errno));
+    }
+  }
+
+private:
+  /// Cuts bytes [end, size) (a line without its final newline) and syncs; returns the repair.
+  std::optional<TailRepair> cut_torn_tail(std::uint64_t end, std::uint64_t size, std::size_t line) {
+    if (end == size) {
+      return std::nullopt;
+    }
+    if (::ftruncate(fd.get(), static_cast<off_t>(end)) != 0 || ::fdatasync(fd.get()) != 0) {
+      throw LogError(path, line, with_errno("cannot cut the torn last line", errno));
+    }
+    return TailRepair{line, end, size - end};
+  }
+
+  /// Makes validated rows visible to readers.
+  void publish(const Tally& tally, std::deque<std::uint64_t> starts, std::uint64_t end,
+               std::optional<TailRepair> repair) {
+    const std::lock_guard lock(index_mutex_);
+    if (starts_.empty()) {
+      starts_ = std::move(starts); // the whole index of a load: no copy
+    } else {
+      starts_.insert(starts_.end(), starts.begin(), starts.end());
+    }
+    end_ = end;
+    tally_ = tally;
+    if (repair) {
+      repair_ = repair;
+    }
+    mode_.store(encode_mode(tally.mode), std::memory_order_release);
+  }
+
+  [[noreturn]] void roll_back(const std::string& failure) {
+    if (::ftruncate(fd.get(), static_cast<off_t>(end_)) != 0) {
+      broken_ = true;
+      throw LogError(path, 0, failure + "; " + with_errno("rolling back failed too", errno));
+    }
+    static_cast<void>(::fdatasync(fd.get()));
+    throw LogError(path, 0, failure + "; the file was rolled back to " + std::to_string(end_) + " bytes");
+  }
+
+  std::mutex write_mutex_;
+  bool broken_ = false; // guarded by write_mutex_
+
+  mutable std::mutex index_mutex_;
+  std::deque<std::uint64_t> starts_; // offset of each event row (grows without copying); guarded by index_mutex_
+  std::uint64_t end_ = 0;            // end of the last validated line; guarded by index_mutex_
+  Tally tally_;                      // guarded by index_mutex_ (writers read it under write_mutex_)
+  std::optional<TailRepair> repair_; // guarded by index_mutex_
+  std::atomic<std::uint8_t> mode_{0};
+};
+
+/// Returns a fresh name beside `path` for the file `create` builds before linking it.
+[[nodiscard]] inline std::filesystem::path staging_name(const std::filesystem::path& path) {
+  std::random_device entropy;
+  std::filesystem::path name = path;
+  name += ".creating." + std::to_string(::getpid()) + "." + std::to_string(entropy());
+  return name;
+}
+
+} // namespace detail::slog
+
+/// A session stored in a DSH JSONL file: line 1 the header, then one JSON row per line.
+///
+/// Thread-safe: any number of threads may call any member at once. Several processes may
+/// append to one log when each opens its own `SessionLog`: every append takes an exclusive
+/// `flock` on the file, first validates and indexes whatever others appended, then writes, so
+/// `seq` stays contiguous and lines never interleave. Do not share one `SessionLog` across
+/// `fork()`. Movable, not copyable; a moved-from log may only be destroyed or assigned to.
+class SessionLog {
+public:
+  /// Random-access iterator over the event rows; each dereference reads and parses one row.
+  class EventIterator {
+  public:
+    using iterator_concept = std::random_access_iterator_tag;
+    using iterator_category = std::input_iterator_tag; ///< Dereferencing yields a value.
+    using value_type = nlohmann::json;
+    using reference = nlohmann::json;
+    using difference_type = std::ptrdiff_t;
+
+    EventIterator() noexcept = default;
+
+    /// Returns the row parsed from the file; throws LogError if it can no longer be read.
+    [[nodiscard]] nlohmann::json operator*() const { return state_->read_event(index_); }
+    /// Returns `*(*this + offset)`.
+    [[nodiscard]] nlohmann::json operator[](difference_type offset) const { return *(*this + offset); }
+
+    /// Moves to the next row.
+    EventIterator& operator++() noexcept {
+      ++index_;
+      return *this;
+    }
+    /// Moves to the next row; returns the previous position.
+    EventIterator operator++(int) noexcept {
+      EventIterator before = *this;
+      ++index_;
+      return before;
+    }
+    /// Moves to the previous row.
+    EventIterator& operator--() noexcept {
+      --index_;
+      return *this;
+    }
+    /// Moves to the previous row; returns the previous position.
+    EventIterator operator--(int) noexcept {
+      EventIterator before = *this;
+      --index_;
+      return before;
+    }
+    /// Moves `offset` rows.
+    EventIterator& operator+=(difference_type offset) noexcept {
+      index_ = static_cast<std::size_t>(static_cast<difference_type>(index_) + offset);
+      return *this;
+    }
+    /// Moves `-offset` rows.
+    EventIterator& operator-=(difference_type offset) noexcept { return *this += -offset; }
+    /// Returns `it` moved `offset` rows.
+    [[nodiscard]] friend EventIterator operator+(EventIterator it, difference_type offset) noexcept {
+      return it += offset;
+    }
+    /// Returns `it` moved `offset` rows.
+    [[nodiscard]] friend EventIterator operator+(difference_type offset, EventIterator it) noexcept {
+      return it += offset;
+    }
+    /// Returns `it` moved `-offset` rows.
+    [[nodiscard]] friend EventIterator operator-(EventIterator it, difference_type offset) noexcept {
+      return it -= offset;
+    }
+    /// Returns the number of rows from `b` to `a`.
+    [[nodiscard]] friend difference_type operator-(const EventIterator& a, const EventIterator& b) noexcept {
+      return static_cast<difference_type>(a.index_) - static_cast<difference_type>(b.index_);
+    }
+    /// Iterators of one view compare by position.
+    [[nodiscard]] friend bool operator==(const EventIterator& a, const EventIterator& b) noexcept {
+      return a.index_ == b.index_;
+    }
+    /// Iterators of one view order by position.
+    [[nodiscard]] friend std::strong_ordering operator<=>(const EventIterator& a, const EventIterator& b) noexcept {
+      return a.index_ <=> b.index_;
+    }
+
+  private:
+    friend class SessionLog;
+    EventIterator(const detail::slog::LogState* state, std::size_t index) noexcept : state_(state), index_(index) {}
+    const detail::slog::LogState* state_ = nullptr;
+    std::size_t index_ = 0;
+  };
+
+  /// The event rows (every line after the header, packed chunk rows as they are) present
+  /// when `events()` was called, oldest first. A sized random-access view that parses a row
+  /// each time it is dereferenced; valid while its `SessionLog` lives.
+  class EventView : public std::ranges::view_base {
+  public:
+    EventView() noexcept = default;
+    /// Returns an iterator to the first row.
+    [[nodiscard]] EventIterator begin() const noexcept { return {state_, 0}; }
+    /// Returns the past-the-end iterator.
+    [[nodiscard]] EventIterator end() const noexcept { return {state_, count_}; }
+    /// Returns the number of rows.
+    [[nodiscard]] std::size_t size() const noexcept { return count_; }
+    /// Returns true if there is no row.
+    [[nodiscard]] bool empty() const noexcept { return count_ == 0; }
+    /// Returns row `index` parsed (`index < size()`); throws LogError if it cannot be read.
+    [[nodiscard]] nlohmann::json operator[](std::size_t index) const { return state_->read_event(index); }
+
+  private:
+    friend class SessionLog;
+    EventView(const detail::slog::LogState* state, std::size_t count) noexcept : state_(state), count_(count) {}
+    const detail::slog::LogState* state_ = nullptr;
+    std::size_t count_ = 0;
+  };
+
+  /// Creates a new log at `path` holding only the header line
+  /// `{"type":"session","version":0,"id":…,"createdAt":…,"cwd":…,"delegationDepth":0}`
+  /// (`cwd` only when the header has one). The file appears whole or not at all: it is
+  /// written and synced under a temporary name beside `path`, then hard-linked to `path`,
+  /// and the directory is synced. Throws LogError if `path` exists (nothing is overwritten),
+  /// if the directory cannot be written or does not support hard links, or if `header` holds
+  /// invalid UTF-8.
+  [[nodiscard]] static SessionLog create(const std::filesystem::path& path, const SessionHeader& header) {
+    using namespace detail::slog;
+    std::string line = R"({"type":"session","version":0,"id":)" + dump_or_throw(header.id, path, "the session id");
+    line += R"(,"createdAt":)" + std::to_string(header.created_at);
+    if (header.cwd) {
+      line += R"(,"cwd":)" + dump_or_throw(*header.cwd, path, "the session cwd");
+    }
+    line += ",\"delegationDepth\":0}\n";
+
+    const std::filesystem::path staging = staging_name(path);
+    auto state = std::make_unique<LogState>(path);
+    state->fd = open_file(staging, O_RDWR | O_APPEND | O_CREAT | O_EXCL, 0644, path);
+    try {
+      state->write_line(line);
+      if (::fsync(state->fd.get()) != 0) {
+        throw LogError(path, 0, with_errno("cannot sync the session header", errno));
+      }
+      if (::link(staging.c_str(), path.c_str()) != 0) {
+        throw LogError(path, 0,
+                       errno == EEXIST ? std::string("cannot create: the file exists")
+                                       : with_errno("cannot create", errno));
+      }
+    } catch (...) {
+      ::unlink(staging.c_str());
+      throw;
+    }
+    ::unlink(staging.c_str());
+    sync_parent_directory(path);
+    const ExclusiveFileLock file_lock(state->fd.get(), path);
+    state->load();
+    return SessionLog(std::move(state));
+  }
+
+  /// Opens an existing log for reading and appending, validating every line: line 1 a
+  /// header with "type" "session", "version" 0, a string "id", an integer "createdAt" and an
+  /// optional string "cwd"; every further line a JSON object of well-formed UTF-8 with a
+  /// string "type"; rows numbered without gaps from 0 ("seq" of an event, or "seq0" of a
+  /// packed chunk row, whose "type" has no "/", covering `data.dt.size() + 1` seqs); every
+  /// `sandbox/mode` event passing `validate_event`. A last line without its final newline (a
+  /// torn append) is cut off, the file synced, and the repair reported by `tail_repair()`;
+  /// that is the only change open ever makes. Any other damage throws LogError naming the
+  /// line and what is wrong, and leaves the file byte-for-byte unchanged. Memory use is one
+  /// offset per row plus a bounded read buffer, whatever the file's size.
+  [[nodiscard]] static SessionLog open(const std::filesystem::path& path) {
+    using namespace detail::slog;
+    auto state = std::make_unique<LogState>(path);
+    state->fd = open_file(path, O_RDWR | O_APPEND, 0, path);
+    const ExclusiveFileLock file_lock(state->fd.get(), path);
+    state->load();
+    return SessionLog(std::move(state));
+  }
+
+  /// Returns the header's id, cwd and createdAt.
+  [[nodiscard]] const SessionHeader& header() const noexcept { return state_->header; }
+  /// Returns the whole header line as JSON, with the fields this library does not interpret
+  /// (`delegationDepth`, `parentSession`, `seedLength`, ...) as they are in the file.
+  [[nodiscard]] const nlohmann::json& header_json() const noexcept { return state_->header_json; }
+  /// Returns the log's path as it was given to `create` or `open`.
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return state_->path; }
+
+  /// Returns the event rows this log has validated so far, parsed lazily (see EventView).
+  [[nodiscard]] EventView events() const { return {state_.get(), state_->row_count()}; }
+
+  /// Returns the mode of the last `sandbox/mode` event this log has seen, or nullopt; O(1).
+  [[nodiscard]] std::optional<SandboxMode> sandbox_mode_override() const noexcept { return state_->mode(); }
+
+  /// Returns the seq the next event will get.
+  [[nodiscard]] std::uint64_t next_seq() const { return state_->next_seq(); }
+
+  /// Returns the last torn line this log cut off (at open, or one a crashed writer left
+  /// behind that an append or refresh found), or nullopt if there was none.
+  [[nodiscard]] std::optional<TailRepair> tail_repair() const { return state_->tail_repair(); }
+
+  /// Appends `{"type":type,"seq":<next>,"time":<now, epoch ms>,"data":data}` as one line and
+  /// returns its seq. Before anything is written: throws InvariantViolation for a forged
+  /// `sandbox/mode` event, and LogError for a type without "/" or invalid UTF-8. Then, under
+  /// the exclusive file lock, validates rows other processes appended, writes the line with
+  /// one write(2) on the O_APPEND descriptor and fdatasyncs it: when append returns, the event
+  /// is on disk. A failed or short write or a failed sync cuts the file back to its previous
+  /// length and throws LogError.
+  std::uint64_t append(std::string_view type, nlohmann::json data) { return state_->append(type, std::move(data)); }
+
+  /// Validates and indexes the rows other processes appended since this log last looked, so
+  /// that `events()` and `sandbox_mode_override()` include them. Throws LogError if they are
+  /// damaged (this log then stays as it was).
+  void refresh() { state_->refresh(); }
+
+private:
+  explicit SessionLog(std::unique_ptr<detail::slog::LogState> state) noexcept : state_(std::move(state)) {}
+  std::unique_ptr<detail::slog::LogState> state_;
+};
+
+} // namespace dsh

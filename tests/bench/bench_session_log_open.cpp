@@ -1,0 +1,286 @@
+// Benchmark (not a test): how fast SessionLog::open validates a large realistic DSH log, and
+// its peak memory, against parsing the same file line by line with nlohmann::json::parse.
+//
+//   bench_session_log_open [--megabytes N] [--runs R] [--log PATH]
+//
+// Builds a log of at least N MB (default 128) of DSH events, mostly assistant/chunk and
+// tool/result with a few hundred sandbox/mode switches and some packed chunk rows, unless
+// --log names an existing one (a --log that does not exist yet is built there and kept).
+// Each measurement runs in a fresh child process (this program re-executed), so that its peak
+// resident set (getrusage's ru_maxrss, from wait4) is its own; the file is read once first so
+// that every method starts from a warm page cache.
+#include <dsh/session_log.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// A SAX handler that accepts everything: nlohmann's parser cost without building a tree.
+struct NullSax : nlohmann::json::json_sax_t {
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+};
+
+/// Text that looks like what tools return: code with quotes, backslashes, tabs, non-ASCII.
+std::string tool_output(std::mt19937_64& random, std::size_t length) {
+  static const std::vector<std::string> lines = {
+      "#include <dsh/sandbox_policy.hpp>",
+      "int main(int argc, char** argv) {",
+      "\tstd::printf(\"%s\\n\", argv[0]);  // print the name",
+      "  if (path.find(\"C:\\\\Users\") != npos) { return 1; }",
+      "drwxr-xr-x  2 me me 4096 Nov 30 05:42 include",
+      "-rw-r--r--  1 me me 50894 Nov 30 05:43 sandbox_policy.hpp",
+      "error: expected ';' before '}' token",
+      "  résumé — naïve café: 中文注释 ✓ 🚀",
+      "{\"key\": [1, 2, 3], \"nested\": {\"ok\": true}}",
+      "    at Object.<anonymous> (/srv/app/index.js:12:5)",
+  };
+  std::string text;
+  while (text.size() < length) {
+    text += lines[random() % lines.size()];
+    text += '\n';
+  }
+  return text;
+}
+
+/// Writes a realistic DSH log of at least `megabytes` MB to `path`.
+void build_log(const std::string& path, std::size_t megabytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << R"({"type":"session","version":0,"id":"bench","createdAt":1764480000000,"cwd":"/srv/bench","delegationDepth":0})"
+      << '\n';
+  std::mt19937_64 random(42);
+  const std::size_t target = megabytes << 20;
+  std::size_t written = 0;
+  std::uint64_t seq = 0;
+  std::int64_t time = 1764480000000;
+  static const std::vector<std::string> words = {"The ", "file ",   "policy ",    "is ",    "read-only",
+                                                 ". ",   "Let ",    "me ",        "check ", "`main.cpp`",
+                                                 "\n",   "résumé ", "\"quoted\" "};
+  const auto emit = [&](const nlohmann::json& row) {
+    const std::string line = row.dump() + '\n';
+    out << line;
+    written += line.size();
+  };
+  const auto event = [&](const char* type, nlohmann::json data) {
+    emit(nlohmann::json{{"type", type}, {"seq", seq++}, {"time", time++}, {"data", std::move(data)}});
+  };
+  while (written < target) {
+    const auto roll = random() % 1000;
+    if (roll < 2) {
+      event("sandbox/mode", {{"mode", dsh::to_string(dsh::SANDBOX_MODES[random() % 3])}});
+    } else if (roll < 700) {
+      std::string text;
+      for (auto n = 1 + random() % 6; n > 0; --n) {
+        text += words[random() % words.size()];
+      }
+      event("assistant/chunk",
+            {{"turn", seq / 500}, {"step", 0}, {"chunk", {{"type", "text-delta"}, {"index", 0}, {"text", text}}}});
+    } else if (roll < 800) {
+      event("tool/result", {{"turn", seq / 500},
+                            {"callId", "call-" + std::to_string(seq)},
+                            {"name", "bash"},
+                            {"output", tool_output(random, 200 + random() % 6000)},
+                            {"isError", random() % 10 == 0}});
+    } else if (roll < 820) {
+      const auto count = 2 + random() % 30;
+      std::vector<std::string> texts;
+      for (std::size_t i = 0; i < count; ++i) {
+        texts.push_back(words[random() % words.size()]);
+      }
+      nlohmann::json dt = nlohmann::json::array();
+      for (std::size_t i = 1; i < count; ++i) {
+        dt.push_back(random() % 40);
+      }
+      emit({{"type", "text-chunks"},
+            {"seq0", seq},
+            {"time0", time},
+            {"data", {{"turn", seq / 500}, {"step", 0}, {"index", 0}, {"dt", dt}, {"texts", texts}}}});
+      seq += count;
+      time += static_cast<std::int64_t>(count);
+    } else if (roll < 900) {
+      event("assistant/chunk",
+            {{"turn", seq / 500},
+             {"step", 1},
+             {"chunk", {{"type", "tool-call-delta"}, {"index", 1}, {"argsDelta", "{\"cmd\":\"ls -la\"}"}}}});
+    } else if (roll < 950) {
+      event("user/message", {{"id", "m" + std::to_string(seq)},
+                             {"role", "user"},
+                             {"content", {{{"type", "text"}, {"text", tool_output(random, 300)}}}},
+                             {"source", {{"kind", "user"}}}});
+    } else {
+      event(roll < 975 ? "turn/start" : "turn/end", {{"turn", seq / 500}, {"reason", {{"kind", "completed"}}}});
+    }
+  }
+}
+
+std::uint64_t file_size(const std::string& path) { return std::filesystem::file_size(path); }
+
+/// The measurements, run in a child process: prints the seconds the operation took.
+int measure(const std::string& method, const std::string& path) {
+  std::size_t rows = 0;
+  const auto start = Clock::now();
+  if (method == "open") {
+    const auto log = dsh::SessionLog::open(path);
+    rows = log.events().size();
+  } else if (method == "nlohmann-parse") {
+    std::ifstream in(path, std::ios::binary);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto row = nlohmann::json::parse(line);
+      rows += row.is_object() ? 1 : 0;
+    }
+    --rows; // the header
+  } else if (method == "nlohmann-sax") {
+    std::ifstream in(path, std::ios::binary);
+    std::string line;
+    NullSax sax;
+    while (std::getline(in, line)) {
+      rows += nlohmann::json::sax_parse(line, &sax) ? 1 : 0;
+    }
+    --rows;
+  } else if (method == "read-lines") {
+    std::ifstream in(path, std::ios::binary);
+    std::string line;
+    while (std::getline(in, line)) {
+      ++rows;
+    }
+    --rows;
+  } else if (method == "open+iterate") {
+    const auto log = dsh::SessionLog::open(path);
+    for (const nlohmann::json& row : log.events()) {
+      rows += row.is_object() ? 1 : 0;
+    }
+  } else {
+    return 2;
+  }
+  const std::chrono::duration<double> seconds = Clock::now() - start;
+  std::printf("%.6f %zu\n", seconds.count(), rows);
+  return 0;
+}
+
+struct Result {
+  double seconds = 0;
+  long max_rss_kb = 0;
+  std::size_t rows = 0;
+};
+
+/// Runs `self --measure method path` and returns its time and peak resident set.
+Result run_child(const std::string& self, const std::string& method, const std::string& path) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) {
+    throw std::runtime_error("pipe failed");
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<std::string> args = {self, "--measure", method, path};
+  std::vector<char*> argv;
+  for (auto& arg : args) {
+    argv.push_back(arg.data());
+  }
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    throw std::runtime_error("posix_spawn failed");
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  std::string output;
+  char buffer[256];
+  for (ssize_t got; (got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
+    output.append(buffer, static_cast<std::size_t>(got));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw std::runtime_error("measurement " + method + " failed");
+  }
+  Result result;
+  result.max_rss_kb = usage.ru_maxrss;
+  std::sscanf(output.c_str(), "%lf %zu", &result.seconds, &result.rows);
+  return result;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 3 && args[0] == "--measure") {
+    return measure(args[1], args[2]);
+  }
+  std::size_t megabytes = 128;
+  int runs = 3;
+  std::string path;
+  for (std::size_t i = 0; i + 1 < args.size(); i += 2) {
+    if (args[i] == "--megabytes") {
+      megabytes = std::stoul(args[i + 1]);
+    } else if (args[i] == "--runs") {
+      runs = std::stoi(args[i + 1]);
+    } else if (args[i] == "--log") {
+      path = args[i + 1];
+    }
+  }
+  std::string directory;
+  if (!path.empty() && !std::filesystem::exists(path)) {
+    build_log(path, megabytes); // kept for later runs
+  } else if (path.empty()) {
+    directory = (std::filesystem::temp_directory_path() / "dsh-bench-XXXXXX").string();
+    if (::mkdtemp(directory.data()) == nullptr) {
+      return 1;
+    }
+    path = directory + "/bench.jsonl";
+    build_log(path, megabytes);
+  }
+  const double mb = static_cast<double>(file_size(path)) / (1 << 20);
+  std::printf("log: %s, %.1f MB\n", path.c_str(), mb);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  static_cast<void>(run_child(self, "read-lines", path)); // warm the page cache
+  std::printf("%-16s %10s %10s %12s %10s %8s\n", "method", "best s", "MB/s", "peak RSS MB", "RSS/file", "rows");
+  for (const char* method : {"read-lines", "nlohmann-parse", "nlohmann-sax", "open", "open+iterate"}) {
+    Result best;
+    for (int run = 0; run < runs; ++run) {
+      const Result result = run_child(self, method, path);
+      if (run == 0 || result.seconds < best.seconds) {
+        best.seconds = result.seconds;
+        best.rows = result.rows;
+      }
+      best.max_rss_kb = std::max(best.max_rss_kb, result.max_rss_kb);
+    }
+    const double rss_mb = static_cast<double>(best.max_rss_kb) / 1024;
+    std::printf("%-16s %10.3f %10.1f %12.1f %10.3f %8zu\n", method, best.seconds, mb / best.seconds, rss_mb,
+                rss_mb / mb, best.rows);
+  }
+  if (!directory.empty()) {
+    std::filesystem::remove_all(directory);
+  }
+  return 0;
+}

@@ -1,0 +1,106 @@
+// libFuzzer target: SessionLog::open on arbitrary file contents. The file lives in a private
+// directory under $TMPDIR (point it at a tmpfs such as /dev/shm for speed: open syncs only
+// when it cuts a torn tail, but append always syncs).
+// Properties:
+//  - open throws nothing but LogError, and a refused file is left byte-for-byte unchanged;
+//  - an accepted file is changed only by cutting an unterminated last line, as reported;
+//  - every row the scanner accepted parses with nlohmann_json, the rows' seqs add up to
+//    next_seq(), and the O(1) override equals the fold over the parsed rows;
+//  - a line refused as malformed JSON is refused by nlohmann_json too, except where the
+//    scanner is deliberately stricter: duplicated keys it reads, nesting, a byte-order mark
+//    (nlohmann_json skips one), a NUL byte (nlohmann_json takes it for the end of the input);
+//  - after an append the log still opens, one row longer.
+#include <dsh/session_log.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+
+namespace {
+
+const std::filesystem::path& log_path() {
+  static const std::filesystem::path path = [] {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dsh-fuzz-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      std::abort();
+    }
+    return std::filesystem::path(pattern) / "session.jsonl";
+  }();
+  return path;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// Returns 1-based line `number` of `bytes` (without its newline).
+std::string_view line_of(std::string_view bytes, std::size_t number) {
+  for (std::size_t i = 1; i < number; ++i) {
+    bytes.remove_prefix(std::min(bytes.size(), bytes.find('\n') + 1));
+  }
+  return bytes.substr(0, bytes.find('\n'));
+}
+
+void check_refusal(const dsh::LogError& error, std::string_view input) {
+  if (read_file(log_path()) != input) {
+    std::abort(); // a refused file must be unchanged
+  }
+  // The reason follows the prefix that names the file and line (a value quoted in a reason
+  // may itself hold any text).
+  const std::string what = error.what();
+  const std::string reason = what.substr(std::string(dsh::LogError(log_path(), error.line(), "").what()).size());
+  const bool malformed =
+      reason.starts_with("not valid JSON at column ") || reason.starts_with("not valid UTF-8 at column ");
+  const bool stricter = what.ends_with("duplicate key") || what.ends_with("nesting deeper than 512");
+  const std::string_view line = line_of(input, error.line());
+  const bool quirk = line.starts_with("\xEF\xBB\xBF") || line.find('\0') != std::string_view::npos;
+  if (malformed && !stricter && !quirk && nlohmann::json::accept(line)) {
+    std::abort(); // the scanner refused JSON that nlohmann_json accepts
+  }
+}
+
+void check_accepted(dsh::SessionLog& log, std::string_view input) {
+  const std::string now = read_file(log_path());
+  const auto repair = log.tail_repair();
+  const std::size_t kept = repair ? repair->offset : input.size();
+  if (now != input.substr(0, kept) || (repair && (kept + repair->removed_bytes != input.size() ||
+                                                  input.substr(kept).find('\n') != std::string_view::npos))) {
+    std::abort(); // only a torn tail may be cut
+  }
+  std::uint64_t seqs = 0;
+  for (const nlohmann::json& row : log.events()) { // throws LogError if nlohmann refuses a row
+    const std::string& type = row.at("type").get_ref<const std::string&>();
+    seqs += type.find('/') == std::string::npos ? row.at("data").at("dt").size() + 1 : 1;
+  }
+  if (seqs != log.next_seq() || dsh::effective_mode(log.events()) != log.sandbox_mode_override()) {
+    std::abort();
+  }
+  const std::size_t rows = log.events().size();
+  log.append("fuzz/event", {{"rows", rows}});
+  if (dsh::SessionLog::open(log_path()).events().size() != rows + 1) {
+    std::abort();
+  }
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  write_file(log_path(), input);
+  try {
+    auto log = dsh::SessionLog::open(log_path());
+    check_accepted(log, input);
+  } catch (const dsh::LogError& error) {
+    check_refusal(error, input);
+  }
+  return 0;
+}

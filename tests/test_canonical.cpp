@@ -1,0 +1,285 @@
+// Canonicalization (SPEC §5.2) on real directories and symbolic links, and the in-process write
+// check built on it. The oracle for an existing directory is std::filesystem::canonical
+// (realpath); everything below it is spelled out by hand.
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+#include <dsh/sandbox_policy.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using dsh::canonical_path;
+using dsh::SandboxMode;
+
+// Changes the process working directory for one test and restores it afterwards.
+class CwdGuard {
+public:
+  explicit CwdGuard(const fs::path& directory) : saved_(fs::current_path()) { fs::current_path(directory); }
+  CwdGuard(const CwdGuard&) = delete;
+  CwdGuard& operator=(const CwdGuard&) = delete;
+  ~CwdGuard() {
+    std::error_code ignored;
+    fs::current_path(saved_, ignored);
+  }
+
+private:
+  fs::path saved_;
+};
+
+// The tree every test works in:
+//   physical/child/            lexical/link -> <base>/physical/child   lexical/rlink -> ../physical/child
+//   a/b/c/file.txt             d/dangling -> target-file (missing)     d/abs-dangling -> <base>/other/new
+//   other/                     d/chain1 -> chain2 -> <base>/other/final (missing)
+//   d/via -> ../lexical/link/newname (missing)                          d/loop1 <-> d/loop2
+struct Tree {
+  dsh::test::TempDir tmp;
+  fs::path base = fs::canonical(tmp.path());
+
+  Tree() {
+    fs::create_directories(tmp / "physical" / "child");
+    fs::create_directories(tmp / "lexical");
+    fs::create_directories(tmp / "a" / "b" / "c");
+    fs::create_directories(tmp / "d");
+    fs::create_directories(tmp / "other");
+    touch(tmp / "a" / "b" / "c" / "file.txt");
+    fs::create_directory_symlink(base / "physical" / "child", tmp / "lexical" / "link");
+    fs::create_directory_symlink("../physical/child", tmp / "lexical" / "rlink");
+    fs::create_symlink("target-file", tmp / "d" / "dangling");
+    fs::create_symlink(base / "other" / "new", tmp / "d" / "abs-dangling");
+    fs::create_symlink("chain2", tmp / "d" / "chain1");
+    fs::create_symlink(base / "other" / "final", tmp / "d" / "chain2");
+    fs::create_symlink("../lexical/link/newname", tmp / "d" / "via");
+    fs::create_symlink("loop2", tmp / "d" / "loop1");
+    fs::create_symlink("loop1", tmp / "d" / "loop2");
+  }
+
+  static void touch(const fs::path& file) {
+    std::ofstream out(file);
+    REQUIRE(out.good());
+  }
+};
+
+} // namespace
+
+TEST_CASE("canonical: link/.. is the physical parent, not the lexical one", "[canonical]") {
+  const Tree tree;
+  const fs::path& base = tree.base;
+  CHECK(canonical_path(tree.tmp / "lexical" / "link") == base / "physical" / "child");
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / "..") == base / "physical");
+  CHECK(canonical_path(tree.tmp / "lexical" / "rlink" / "..") == base / "physical");
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / ".." / "..") == base);
+  // The same with a missing tail: identity of the existing prefix first, then the rest lexically.
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / ".." / "newfile") == base / "physical" / "newfile");
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / "missing" / ".." / "..") == base / "physical");
+  // The oracle agrees where the whole path exists.
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / "..") == fs::canonical(tree.tmp / "lexical" / "link" / ".."));
+}
+
+TEST_CASE("canonical: dots, doubled separators and trailing separators", "[canonical]") {
+  const Tree tree;
+  const fs::path& base = tree.base;
+  const std::string tmp = tree.tmp.path().string();
+  CHECK(canonical_path(tmp + "/a/./b//c/") == base / "a" / "b" / "c");
+  CHECK(canonical_path(tmp + "/a/./b//c/").string().back() == 'c');
+  CHECK(canonical_path(tmp + "/a/./b//missing/") == base / "a" / "b" / "missing");
+  CHECK(canonical_path(tmp + "/a/./b//c/file.txt") == base / "a" / "b" / "c" / "file.txt");
+  CHECK(canonical_path(tmp + "/a/") == base / "a");
+  CHECK(canonical_path(tmp + "/a//") == base / "a");
+  CHECK(canonical_path(tmp + "/missing/") == base / "missing");
+  CHECK(canonical_path(tmp + "/missing/./") == base / "missing");
+  CHECK(canonical_path(tmp + "/missing//deeper//") == base / "missing" / "deeper");
+  CHECK(canonical_path(tmp + "/a/b/../b/./c") == base / "a" / "b" / "c");
+}
+
+TEST_CASE("canonical: the root itself", "[canonical]") {
+  CHECK(canonical_path("/").string() == "/");
+  CHECK(canonical_path("//").string() == "/");
+  CHECK(canonical_path("///").string() == "/");
+  CHECK(canonical_path("/.").string() == "/");
+  CHECK(canonical_path("/./").string() == "/");
+  CHECK(canonical_path("/..").string() == "/");
+  CHECK(canonical_path("/../..").string() == "/");
+}
+
+TEST_CASE("canonical: a path that does not exist at all is normalized lexically", "[canonical]") {
+  REQUIRE_FALSE(fs::exists("/nonexistent-xyz"));
+  CHECK(canonical_path("/nonexistent-xyz/../nonexistent-xyz/current").string() == "/nonexistent-xyz/current");
+  CHECK(canonical_path("/nonexistent-xyz/./a//b/").string() == "/nonexistent-xyz/a/b");
+  CHECK(canonical_path("/nonexistent-xyz/a/../../nonexistent-xyz").string() == "/nonexistent-xyz");
+  CHECK(canonical_path("/nonexistent-xyz/../..").string() == "/");
+  CHECK(canonical_path("/nonexistent-xyz/").string() == "/nonexistent-xyz");
+}
+
+TEST_CASE("canonical: a relative path is taken against the process working directory", "[canonical]") {
+  const Tree tree;
+  const fs::path& base = tree.base;
+  const fs::path before = fs::current_path();
+  {
+    const CwdGuard guard(tree.tmp.path());
+    CHECK(canonical_path("a/b") == base / "a" / "b");
+    CHECK(canonical_path("./a/../a/b/c/") == base / "a" / "b" / "c");
+    CHECK(canonical_path("lexical/link/..") == base / "physical");
+    CHECK(canonical_path("missing/x") == base / "missing" / "x");
+    CHECK(canonical_path(".") == base);
+    CHECK(canonical_path("..") == base.parent_path());
+
+    // A session cwd and a configured root may be relative too.
+    const dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, fs::path("a"), "DSH"});
+    CHECK(owner.workspaceRoot() == base / "a");
+    const dsh::Session session(dsh::SessionHeader{"s", "a/b/../b", 0});
+    const dsh::ResolvedPolicy policy = owner.resolve(session);
+    CHECK(policy.workspace_root == base / "a" / "b");
+    CHECK(policy.root_source == dsh::RootSource::session);
+
+    // No configured root: the process working directory, canonical.
+    const dsh::PolicyOwner defaulted;
+    CHECK(defaulted.workspaceRoot() == base);
+    CHECK(defaulted.resolve().workspace_root == base);
+  }
+  CHECK(fs::current_path() == before);
+}
+
+TEST_CASE("canonical: a relative path needs a working directory that can be read", "[canonical]") {
+  const dsh::test::TempDir tmp;
+  fs::create_directories(tmp / "gone");
+  const fs::path base = fs::canonical(tmp.path());
+  const dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, base, "DSH"});
+  const CwdGuard guard(base / "gone");
+  fs::remove(base / "gone");
+  // No base is guessed for a relative path: guessing could widen the root.
+  CHECK_THROWS_AS(canonical_path("x"), std::system_error);
+  CHECK_THROWS_AS(owner.resolve(dsh::Session(dsh::SessionHeader{"s", "relative", 0})), std::system_error);
+  // Absolute paths need no working directory.
+  CHECK(canonical_path(base / "a" / ".." / "b") == base / "b");
+  CHECK(owner.resolve(dsh::Session(dsh::SessionHeader{"s", base.string(), 0})).workspace_root == base);
+  CHECK(owner.resolve().workspace_root == base);
+}
+
+TEST_CASE("canonical: a dangling symbolic link at the end is followed", "[canonical]") {
+  const Tree tree;
+  const fs::path& base = tree.base;
+  CHECK(canonical_path(tree.tmp / "d" / "dangling") == base / "d" / "target-file");
+  CHECK(canonical_path(tree.tmp / "d" / "dangling" / "x" / "y") == base / "d" / "target-file" / "x" / "y");
+  CHECK(canonical_path(tree.tmp / "d" / "abs-dangling") == base / "other" / "new");
+  CHECK(canonical_path(tree.tmp / "d" / "chain1") == base / "other" / "final");
+  CHECK(canonical_path(tree.tmp / "d" / "via") == base / "physical" / "child" / "newname");
+  CHECK(canonical_path(tree.tmp / "lexical" / "link" / ".." / ".." / "d" / "dangling") == base / "d" / "target-file");
+
+  // A loop cannot be resolved; the call still returns an absolute path inside the tree.
+  fs::path looped;
+  REQUIRE_NOTHROW(looped = canonical_path(tree.tmp / "d" / "loop1"));
+  CHECK(looped.is_absolute());
+  CHECK(looped.parent_path() == base / "d");
+}
+
+TEST_CASE("canonical: a path holding NUL is normalized lexically only", "[canonical]") {
+  const std::string with_nul("/nonexistent-xyz/./a\0b//", 24);
+  CHECK(canonical_path(with_nul).string() == std::string("/nonexistent-xyz/a\0b", 20));
+}
+
+TEST_CASE("permits_write: read-only never, danger-full-access always", "[permits_write]") {
+  const Tree tree;
+  const dsh::ResolvedPolicy read_only{SandboxMode::read_only, tree.base, dsh::ModeSource::deployment,
+                                      dsh::RootSource::deployment};
+  CHECK_FALSE(read_only.permits_write(tree.base / "a" / "new.txt"));
+  CHECK_FALSE(read_only.permits_write(tree.base));
+  CHECK_FALSE(read_only.permits_write("relative.txt"));
+
+  const dsh::ResolvedPolicy danger{SandboxMode::danger_full_access, tree.base / "a", dsh::ModeSource::approved,
+                                   dsh::RootSource::deployment};
+  CHECK(danger.permits_write(tree.base / "a" / "new.txt"));
+  CHECK(danger.permits_write(tree.base / "other" / "x"));
+  CHECK(danger.permits_write("/etc/passwd"));
+  CHECK(danger.permits_write("relative.txt"));
+}
+
+TEST_CASE("permits_write: workspace-write inside, outside and around the root", "[permits_write]") {
+  const dsh::test::TempDir tmp;
+  fs::create_directories(tmp / "ws" / "sub");
+  fs::create_directories(tmp / "ws2");
+  fs::create_directories(tmp / "other");
+  const fs::path base = fs::canonical(tmp.path());
+  fs::create_directory_symlink(base / "other", tmp / "ws" / "escape");
+  fs::create_directory_symlink(base / "ws" / "sub", tmp / "ws" / "inner");
+  fs::create_directory_symlink("..", tmp / "ws" / "up");
+  fs::create_symlink(base / "other" / "newfile", tmp / "ws" / "dang");
+
+  dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp / "ws", "DSH"});
+  const dsh::ResolvedPolicy policy = owner.resolve(SandboxMode::workspace_write);
+  REQUIRE(policy.mode == SandboxMode::workspace_write);
+  REQUIRE(policy.workspace_root == base / "ws");
+
+  SECTION("inside") {
+    CHECK(policy.permits_write(base / "ws" / "new.txt"));
+    CHECK(policy.permits_write(base / "ws"));
+    CHECK(policy.permits_write(base.string() + "/ws/"));
+    CHECK(policy.permits_write(base / "ws" / "sub" / "deeper" / "new.txt"));
+    CHECK(policy.permits_write(base / "ws" / "sub" / ".." / "new.txt"));
+    CHECK(policy.permits_write(tmp / "ws" / "new.txt"));
+    CHECK(policy.permits_write(base / "ws" / "inner" / "new.txt"));
+  }
+  SECTION("outside") {
+    CHECK_FALSE(policy.permits_write(base / "other" / "new.txt"));
+    CHECK_FALSE(policy.permits_write(base));
+    CHECK_FALSE(policy.permits_write("/"));
+    CHECK_FALSE(policy.permits_write("/etc/passwd"));
+    CHECK_FALSE(policy.permits_write(base / "ws" / ".." / "other" / "x"));
+    CHECK_FALSE(policy.permits_write(base / "ws" / ".." / "ws2" / "x"));
+    CHECK_FALSE(policy.permits_write(fs::path()));
+  }
+  SECTION("a sibling sharing the root's name as a prefix") {
+    CHECK_FALSE(policy.permits_write(base / "ws2"));
+    CHECK_FALSE(policy.permits_write(base / "ws2" / "x"));
+    CHECK_FALSE(policy.permits_write(base / "wsx" / "missing"));
+    CHECK_FALSE(policy.permits_write(base.string() + "/ws.txt"));
+  }
+  SECTION("a symbolic link inside that points outside is outside") {
+    CHECK_FALSE(policy.permits_write(base / "ws" / "escape"));
+    CHECK_FALSE(policy.permits_write(base / "ws" / "escape" / "x"));
+    CHECK_FALSE(policy.permits_write(base / "ws" / "up" / "other" / "x"));
+    CHECK_FALSE(policy.permits_write(base / "ws" / "up" / "ws2"));
+    // A dangling link is followed to where a write would create the file.
+    CHECK_FALSE(policy.permits_write(base / "ws" / "dang"));
+  }
+  SECTION("a relative path is taken against the root, not the process working directory") {
+    const CwdGuard guard(base / "other");
+    CHECK(policy.permits_write("new.txt"));
+    CHECK(policy.permits_write("sub/new.txt"));
+    CHECK(policy.permits_write("."));
+    CHECK(policy.permits_write("inner/x"));
+    CHECK_FALSE(policy.permits_write(".."));
+    CHECK_FALSE(policy.permits_write("../ws2/x"));
+    CHECK_FALSE(policy.permits_write("sub/../../other/x"));
+    CHECK_FALSE(policy.permits_write("escape/x"));
+    CHECK_FALSE(policy.permits_write("dang"));
+  }
+}
+
+TEST_CASE("permits_write: whole components, on paths that do not exist", "[permits_write]") {
+  REQUIRE_FALSE(fs::exists("/nonexistent-xyz"));
+  const dsh::ResolvedPolicy ws{SandboxMode::workspace_write, "/nonexistent-xyz/ws", dsh::ModeSource::session,
+                               dsh::RootSource::session};
+  CHECK(ws.permits_write("/nonexistent-xyz/ws"));
+  CHECK(ws.permits_write("/nonexistent-xyz/ws/a"));
+  CHECK(ws.permits_write("/nonexistent-xyz/ws/a/../b"));
+  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws2"));
+  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws2/a"));
+  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/wsa"));
+  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws/../ws2"));
+  CHECK_FALSE(ws.permits_write("/nonexistent-xyz"));
+
+  const dsh::ResolvedPolicy everything{SandboxMode::workspace_write, "/", dsh::ModeSource::session,
+                                       dsh::RootSource::session};
+  CHECK(everything.permits_write("/"));
+  CHECK(everything.permits_write("/nonexistent-xyz/a"));
+  CHECK(everything.permits_write("relative"));
+}

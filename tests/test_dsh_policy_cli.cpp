@@ -1,0 +1,347 @@
+// The dsh-policy inspector and the agent-host demo as real processes: exact standard output,
+// standard error and exit status for every fixture in ../shared/fixtures/sessions, the usage
+// errors, `set`, and the inspector reading the log the demo leaves behind.
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// What one run of a program left.
+struct Run {
+  int status = -1; ///< The exit status; -1 when it did not exit normally.
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+/// Runs `program` with `args` in the directory `cwd`, capturing its output through files in `cwd`'s
+/// sibling scratch directory `scratch`.
+Run run(const fs::path& scratch, const fs::path& cwd, const std::string& program,
+        const std::vector<std::string>& args) {
+  const fs::path out = scratch / "stdout";
+  const fs::path err = scratch / "stderr";
+  std::vector<std::string> words{program};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  argv.reserve(words.size() + 1);
+  for (std::string& word : words) {
+    argv.push_back(word.data());
+  }
+  argv.push_back(nullptr);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0 || ::chdir(cwd.c_str()) != 0) {
+      ::_exit(127);
+    }
+    ::execv(program.c_str(), argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
+}
+
+/// A scratch directory for captured output and a work directory holding writable fixture copies.
+struct Workspace {
+  dsh::test::TempDir tmp;
+  fs::path scratch = make(tmp / "scratch");
+  fs::path work = make(tmp / "work");
+
+  static fs::path make(const fs::path& path) {
+    fs::create_directory(path);
+    return path;
+  }
+  /// Copies a fixture into the work directory, writable, under its own name.
+  void fixture(const std::string& name) const {
+    fs::copy_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / name, work / name);
+    fs::permissions(work / name, fs::perms::owner_read | fs::perms::owner_write);
+  }
+  [[nodiscard]] Run policy(const std::vector<std::string>& args) const {
+    return run(scratch, work, DSH_POLICY_EXE, args);
+  }
+};
+
+/// The expected results of `show` (defaults: all families, none escalatable, root = the working
+/// directory) and `history` for one fixture.
+struct Expected {
+  int status;
+  std::string show_out;
+  std::string history_out;
+  std::string err;
+};
+
+std::map<std::string, Expected> expected_results(const std::string& work_root) {
+  const std::string all = "families:  enforced filesystem, bash, terminal; escalatable none\n";
+  const std::string refused_out;
+  return {
+      {"basic.jsonl",
+       {0,
+        "log:       basic.jsonl\n"
+        "session:   fixture-basic\n"
+        "mode:      danger-full-access, set by the switch at seq 6, time 1764480000600 (2025-11-30T05:20:00.600Z), "
+        "source delegation\n"
+        "root:      /srv/dsh-fixture/project (the session's cwd)\n" +
+            all +
+            "sandbox:policy:\n"
+            "Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict the write and edit "
+            "tools, one-shot bash commands, or terminal sessions.\n",
+        "seq 2  time 1764480000200 (2025-11-30T05:20:00.200Z)  mode workspace-write  source -\n"
+        "seq 5  time 1764480000500 (2025-11-30T05:20:00.500Z)  mode read-only  source -\n"
+        "seq 6  time 1764480000600 (2025-11-30T05:20:00.600Z)  mode danger-full-access  source delegation\n",
+        ""}},
+      {"no-switch.jsonl",
+       {0,
+        "log:       no-switch.jsonl\n"
+        "session:   fixture-no-switch\n"
+        "mode:      read-only, the deployment default (the log holds no sandbox/mode switch)\n"
+        "root:      " +
+            work_root + " (the fallback root: --root or the working directory)\n" + all +
+            "sandbox:policy:\n"
+            "Current DSH file policy: read-only. The write and edit tools, one-shot bash commands, and terminal "
+            "sessions cannot modify files in the standing mode.\n",
+        "no sandbox/mode switch in no-switch.jsonl; the deployment default applies\n", ""}},
+      {"packed-rows.jsonl",
+       {0,
+        "log:       packed-rows.jsonl\n"
+        "session:   fixture-packed\n"
+        "mode:      workspace-write, set by the switch at seq 5, time 1764480000020 (2025-11-30T05:20:00.020Z), "
+        "source -\n"
+        "root:      /srv/dsh-fixture/packed (the session's cwd)\n" +
+            all +
+            "sandbox:policy:\n"
+            "Current DSH file policy: workspace-write. The write and edit tools, one-shot bash commands, and terminal "
+            "sessions may modify files under the session workspace: \"/srv/dsh-fixture/packed\". Some platform "
+            "temporary areas may also be writable.\n",
+        "seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode read-only  source -\n"
+        "seq 5  time 1764480000020 (2025-11-30T05:20:00.020Z)  mode workspace-write  source -\n",
+        ""}},
+      {"torn-tail.jsonl",
+       {0,
+        "log:       torn-tail.jsonl\n"
+        "session:   fixture-torn\n"
+        "mode:      workspace-write, set by the switch at seq 0, time 1764480000001 (2025-11-30T05:20:00.001Z), "
+        "source -\n"
+        "root:      /srv/dsh-fixture/torn (the session's cwd)\n" +
+            all +
+            "sandbox:policy:\n"
+            "Current DSH file policy: workspace-write. The write and edit tools, one-shot bash commands, and terminal "
+            "sessions may modify files under the session workspace: \"/srv/dsh-fixture/torn\". Some platform "
+            "temporary areas may also be writable.\n",
+        "seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode workspace-write  source -\n",
+        "dsh-policy: session log \"torn-tail.jsonl\" line 3: cut off a torn last line (63 bytes without a final "
+        "newline)\n"}},
+      {"forged-mode.jsonl",
+       {1, refused_out, refused_out,
+        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"host-root\"\n"}},
+      {"corrupt-middle.jsonl",
+       {1, refused_out, refused_out,
+        "dsh-policy: session log \"corrupt-middle.jsonl\" line 3: not valid JSON at column 74: unterminated "
+        "string\n"}},
+      {"seq-gap.jsonl",
+       {1, refused_out, refused_out, "dsh-policy: session log \"seq-gap.jsonl\" line 3: seq 2 where 1 was expected\n"}},
+  };
+}
+
+} // namespace
+
+TEST_CASE("dsh-policy show and history on every session fixture", "[cli]") {
+  const Workspace ws;
+  const std::map<std::string, Expected> expected = expected_results(fs::canonical(ws.work).string());
+
+  std::set<std::string> fixtures;
+  for (const auto& entry : fs::directory_iterator(fs::path(DSH_FIXTURES_DIR) / "sessions")) {
+    if (entry.path().extension() == ".jsonl") {
+      fixtures.insert(entry.path().filename().string());
+    }
+  }
+  std::set<std::string> covered;
+  for (const auto& [name, result] : expected) {
+    covered.insert(name);
+  }
+  REQUIRE(fixtures == covered); // a new fixture needs its expected output here
+
+  for (const auto& [name, result] : expected) {
+    CAPTURE(name);
+    const std::string original = read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / name);
+    ws.fixture(name);
+
+    const Run shown = ws.policy({"show", name});
+    CHECK(shown.status == result.status);
+    CHECK(shown.out == result.show_out);
+    CHECK(shown.err == result.err);
+
+    const Run listed = ws.policy({"history", name});
+    CHECK(listed.status == result.status);
+    CHECK(listed.out == result.history_out);
+    if (result.status == 0) {
+      CHECK(listed.err.empty()); // a torn tail is cut and reported once, by the first open
+    } else {
+      CHECK(listed.err == result.err);
+      CHECK(read_file(ws.work / name) == original); // refused: the file is untouched
+    }
+  }
+  const std::string torn = read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "torn-tail.jsonl");
+  CHECK(read_file(ws.work / "torn-tail.jsonl") == torn.substr(0, torn.size() - 63));
+}
+
+TEST_CASE("dsh-policy show options and --json", "[cli]") {
+  const Workspace ws;
+  ws.fixture("basic.jsonl");
+  ws.fixture("no-switch.jsonl");
+
+  const Run json = ws.policy({"show", "basic.jsonl", "--json", "--escalatable", "bash"});
+  CHECK(json.status == 0);
+  CHECK(json.err.empty());
+  CHECK(
+      json.out ==
+      R"({"context":"Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict the write and edit tools, one-shot bash commands, or terminal sessions.","enforced":["filesystem","bash","terminal"],"escalatable":["bash"],"log":"basic.jsonl","mode":"danger-full-access","modeSource":"session","rootSource":"session","session":"fixture-basic","switch":{"seq":6,"source":"delegation","time":1764480000600},"workspaceRoot":"/srv/dsh-fixture/project"})"
+      "\n");
+
+  const Run escalatable = ws.policy({"show", "no-switch.jsonl", "--families=bash,filesystem", "--escalatable",
+                                     "terminal,bash", "--root", "/srv/../srv/fallback/"});
+  CHECK(escalatable.status == 0);
+  CHECK(escalatable.out ==
+        "log:       no-switch.jsonl\n"
+        "session:   fixture-no-switch\n"
+        "mode:      read-only, the deployment default (the log holds no sandbox/mode switch)\n"
+        "root:      /srv/fallback (the fallback root: --root or the working directory)\n"
+        "families:  enforced filesystem, bash; escalatable bash\n"
+        "sandbox:policy:\n"
+        "Current DSH file policy: read-only. The write and edit tools and one-shot bash commands cannot modify files "
+        "in the standing mode. For one-shot bash commands, do not refuse a required modification from this standing "
+        "mode alone: attempt it normally and follow the tool's denial and escalation guidance.\n");
+
+  const Run nothing = ws.policy({"show", "no-switch.jsonl", "--families", "", "--default-mode", "danger-full-access",
+                                 "--root=/srv/fallback", "--json"});
+  CHECK(nothing.status == 0);
+  CHECK(
+      nothing.out ==
+      R"({"context":"","enforced":[],"escalatable":[],"log":"no-switch.jsonl","mode":"danger-full-access","modeSource":"deployment","rootSource":"deployment","session":"fixture-no-switch","switch":null,"workspaceRoot":"/srv/fallback"})"
+      "\n");
+}
+
+TEST_CASE("dsh-policy set appends one switch through set_sandbox_mode", "[cli]") {
+  const Workspace ws;
+  ws.fixture("packed-rows.jsonl");
+  const std::string before = read_file(ws.work / "packed-rows.jsonl");
+
+  const Run set = ws.policy({"set", "packed-rows.jsonl", "danger-full-access"});
+  CHECK(set.status == 0);
+  CHECK(set.err.empty());
+  CHECK(set.out == "appended sandbox/mode danger-full-access at seq 10 to packed-rows.jsonl\n");
+  const std::string after = read_file(ws.work / "packed-rows.jsonl");
+  REQUIRE(after.starts_with(before));
+  const std::string line = after.substr(before.size());
+  CHECK(line.starts_with(R"({"type":"sandbox/mode","seq":10,"time":)"));
+  CHECK(line.ends_with(R"(,"data":{"mode":"danger-full-access"}})"
+                       "\n"));
+
+  const Run history = ws.policy({"history", "packed-rows.jsonl"});
+  CHECK(history.status == 0);
+  CHECK(history.out.starts_with("seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode read-only  source -\n"
+                                "seq 5  time 1764480000020 (2025-11-30T05:20:00.020Z)  mode workspace-write  "
+                                "source -\nseq 10  time "));
+  CHECK(history.out.ends_with("  mode danger-full-access  source -\n"));
+
+  ws.fixture("forged-mode.jsonl");
+  const Run refused = ws.policy({"set", "forged-mode.jsonl", "read-only"});
+  CHECK(refused.status == 1);
+  CHECK(refused.out.empty());
+  CHECK(refused.err ==
+        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"host-root\"\n");
+  CHECK(read_file(ws.work / "forged-mode.jsonl") ==
+        read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "forged-mode.jsonl"));
+}
+
+TEST_CASE("dsh-policy usage errors exit 2 and touch nothing", "[cli]") {
+  const Workspace ws;
+  ws.fixture("basic.jsonl");
+  const std::string before = read_file(ws.work / "basic.jsonl");
+  const std::string hint = " (see dsh-policy --help)\n";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{}, "missing command"},
+      {{"inspect", "basic.jsonl"}, "unknown command \"inspect\""},
+      {{"show"}, "show needs a session log"},
+      {{"show", "--json"}, "show needs a session log"},
+      {{"show", "basic.jsonl", "--colour"}, "unknown option --colour for show"},
+      {{"show", "basic.jsonl", "--root"}, "option --root needs a value"},
+      {{"show", "basic.jsonl", "--root="}, "option --root needs a non-empty directory"},
+      {{"show", "basic.jsonl", "--families", "filesystem,network"},
+       "unknown family \"network\"; expected filesystem, bash or terminal"},
+      {{"show", "basic.jsonl", "--families", "bash,"}, "a family list must not end with ','"},
+      {{"show", "basic.jsonl", "--default-mode", "Read-Only"},
+       "unknown mode \"Read-Only\"; expected read-only, workspace-write or danger-full-access"},
+      {{"history", "basic.jsonl", "extra"}, "history takes only a session log"},
+      {{"set", "basic.jsonl"}, "set takes a session log and a mode"},
+      {{"set", "basic.jsonl", "host-root"},
+       "unknown mode \"host-root\"; expected read-only, workspace-write or danger-full-access"},
+  };
+  for (const auto& [args, message] : cases) {
+    CAPTURE(args);
+    const Run result = ws.policy(args);
+    CHECK(result.status == 2);
+    CHECK(result.out.empty());
+    CHECK(result.err == std::string("dsh-policy: ").append(message).append(hint));
+  }
+  CHECK(read_file(ws.work / "basic.jsonl") == before);
+
+  const Run help = ws.policy({"--help"});
+  CHECK(help.status == 0);
+  CHECK(help.err.empty());
+  CHECK(help.out.starts_with("usage: dsh-policy show LOG [--families LIST] [--escalatable LIST] [--default-mode "
+                             "MODE] [--root DIR] [--json]\n"));
+
+  const Run missing = ws.policy({"show", "missing.jsonl"});
+  CHECK(missing.status == 1);
+  CHECK(missing.err == "dsh-policy: session log \"missing.jsonl\": cannot open: No such file or directory\n");
+}
+
+TEST_CASE("the agent-host demo passes its own expectations and leaves a log dsh-policy reads", "[cli][demo]") {
+  const Workspace ws;
+  const Run demo = run(ws.scratch, ws.work, DSH_AGENT_HOST_EXE, {"run"});
+  CHECK(demo.status == 0);
+  CHECK(demo.err.empty());
+  CHECK(demo.out.ends_with("every expectation held\n"));
+
+  const Run history = ws.policy({"history", "run/session.jsonl"});
+  CHECK(history.status == 0);
+  CHECK(history.out.starts_with("seq 1  time "));
+  CHECK(history.out.find("  mode workspace-write  source -\nseq 4  time ") != std::string::npos);
+  CHECK(history.out.ends_with("  mode danger-full-access  source -\n"));
+
+  const Run shown = ws.policy({"show", "run/session.jsonl", "--families", "filesystem"});
+  CHECK(shown.status == 0);
+  CHECK(shown.out.find("\nroot:      " + fs::canonical(ws.work / "run" / "repos" / "project").string() +
+                       " (the session's cwd)\n") != std::string::npos);
+  CHECK(shown.out.ends_with("sandbox:policy:\nCurrent DSH file policy: danger-full-access. The DSH file sandbox "
+                            "does not restrict the write and edit tools.\n"));
+
+  const Run again = run(ws.scratch, ws.work, DSH_AGENT_HOST_EXE, {"run"});
+  CHECK(again.status == 1); // the directory holds a session already: nothing is overwritten
+  CHECK(again.err.starts_with("agent_host: "));
+  const Run usage = run(ws.scratch, ws.work, DSH_AGENT_HOST_EXE, {"--verbose"});
+  CHECK(usage.status == 2);
+  CHECK(usage.err == "usage: agent_host [DIR]\n");
+}

@@ -1,0 +1,308 @@
+// The sandbox/mode invariant (SPEC §4): the exact failure texts, forged events rejected before
+// anything is stored, set_sandbox_mode as the one write path, the kept override; and the cache
+// safety of the model text (SPEC §6: TMPDIR changes no byte).
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+#include <dsh/sandbox_policy.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using dsh::SandboxMode;
+using json = nlohmann::json;
+
+static_assert(std::is_base_of_v<std::runtime_error, dsh::InvariantViolation>);
+
+json mode_event_with_data(json data) {
+  return json{{"type", "sandbox/mode"}, {"seq", 0}, {"time", 1764480000000}, {"data", std::move(data)}};
+}
+
+json mode_event(json mode) { return mode_event_with_data(json{{"mode", std::move(mode)}}); }
+
+// Returns the message of the InvariantViolation `action` throws; fails the test otherwise.
+template <class Action> std::string invariant_violation(Action action) {
+  try {
+    action();
+  } catch (const dsh::InvariantViolation& error) {
+    return error.what();
+  }
+  FAIL("no dsh::InvariantViolation was thrown");
+  return {};
+}
+
+// An appendable host session that records what it is asked to append.
+struct RecordingSession {
+  dsh::SessionHeader head;
+  std::vector<json> log;
+  std::vector<std::pair<std::string, json>> appended;
+  [[nodiscard]] const dsh::SessionHeader& header() const { return head; }
+  [[nodiscard]] const std::vector<json>& events() const { return log; }
+  void append(std::string_view type, json data) { appended.emplace_back(std::string(type), std::move(data)); }
+};
+static_assert(dsh::AppendableSession<RecordingSession>);
+
+// Sets an environment variable for one scope and restores the previous state.
+class EnvGuard {
+public:
+  explicit EnvGuard(const char* name) : name_(name) {
+    if (const char* value = std::getenv(name)) {
+      saved_ = value;
+    }
+  }
+  EnvGuard(const EnvGuard&) = delete;
+  EnvGuard& operator=(const EnvGuard&) = delete;
+  ~EnvGuard() {
+    if (saved_) {
+      ::setenv(name_, saved_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  void set(const std::string& value) const { REQUIRE(::setenv(name_, value.c_str(), 1) == 0); }
+
+private:
+  const char* name_;
+  std::optional<std::string> saved_;
+};
+
+} // namespace
+
+TEST_CASE("validate_event: the exact failure texts", "[invariant]") {
+  CHECK(dsh::validate_event(mode_event("host-root")) == "sandbox/mode carries unknown mode \"host-root\"");
+  CHECK(dsh::validate_event(mode_event(42)) == "sandbox/mode carries unknown mode 42");
+  CHECK(dsh::validate_event(mode_event(nullptr)) == "sandbox/mode carries unknown mode null");
+  CHECK(dsh::validate_event(mode_event("Read-Only")) == "sandbox/mode carries unknown mode \"Read-Only\"");
+  CHECK(dsh::validate_event(mode_event("")) == "sandbox/mode carries unknown mode \"\"");
+  CHECK(dsh::validate_event(mode_event(" read-only")) == "sandbox/mode carries unknown mode \" read-only\"");
+  CHECK(dsh::validate_event(mode_event(true)) == "sandbox/mode carries unknown mode true");
+  CHECK(dsh::validate_event(mode_event(-1.5)) == "sandbox/mode carries unknown mode -1.5");
+  CHECK(dsh::validate_event(mode_event(json::array({"read-only"}))) ==
+        "sandbox/mode carries unknown mode [\"read-only\"]");
+  CHECK(dsh::validate_event(mode_event(json{{"mode", "read-only"}})) ==
+        "sandbox/mode carries unknown mode {\"mode\":\"read-only\"}");
+  // The value is shown as compact JSON: quotes and newlines escaped, invalid UTF-8 replaced.
+  CHECK(dsh::validate_event(mode_event("a\"b\nc")) == "sandbox/mode carries unknown mode \"a\\\"b\\nc\"");
+  CHECK(dsh::validate_event(mode_event("\xFF")) == "sandbox/mode carries unknown mode \"\xEF\xBF\xBD\"");
+}
+
+TEST_CASE("validate_event: a missing data or data.mode carries no mode", "[invariant]") {
+  CHECK(dsh::validate_event(json{{"type", "sandbox/mode"}, {"seq", 0}, {"time", 0}}) == "sandbox/mode carries no mode");
+  CHECK(dsh::validate_event(mode_event_with_data(json::object())) == "sandbox/mode carries no mode");
+  CHECK(dsh::validate_event(mode_event_with_data(json{{"source", "delegation"}})) == "sandbox/mode carries no mode");
+  CHECK(dsh::validate_event(mode_event_with_data(json{{"Mode", "read-only"}})) == "sandbox/mode carries no mode");
+  CHECK(dsh::validate_event(mode_event_with_data(nullptr)) == "sandbox/mode carries no mode");
+  CHECK(dsh::validate_event(mode_event_with_data("read-only")) == "sandbox/mode carries no mode");
+}
+
+TEST_CASE("validate_event: valid switches and other events pass", "[invariant]") {
+  for (const char* mode : {"read-only", "workspace-write", "danger-full-access"}) {
+    CHECK_FALSE(dsh::validate_event(mode_event(mode)).has_value());
+    CHECK_FALSE(dsh::validate_event(mode_event_with_data(json{{"mode", mode}, {"source", "delegation"}})).has_value());
+  }
+  // Other types always pass, whatever their data.
+  CHECK_FALSE(dsh::validate_event(json{{"type", "user/message"}, {"data", {{"mode", "host-root"}}}}).has_value());
+  CHECK_FALSE(dsh::validate_event(json{{"type", "Sandbox/Mode"}, {"data", {{"mode", "host-root"}}}}).has_value());
+  CHECK_FALSE(dsh::validate_event(json{{"type", "sandbox/mode2"}}).has_value());
+  CHECK_FALSE(dsh::validate_event(json{{"type", "text-chunks"}, {"seq0", 3}, {"data", {{"dt", {1, 2}}}}}).has_value());
+  CHECK_FALSE(dsh::validate_event(json{{"type", 7}, {"data", {{"mode", 42}}}}).has_value());
+  CHECK_FALSE(dsh::validate_event(json::object()).has_value());
+  CHECK_FALSE(dsh::validate_event(json::array({"sandbox/mode"})).has_value());
+  CHECK_FALSE(dsh::validate_event(json("sandbox/mode")).has_value());
+  CHECK_FALSE(dsh::validate_event(json(nullptr)).has_value());
+}
+
+TEST_CASE("check_event throws InvariantViolation with the same text", "[invariant]") {
+  CHECK(invariant_violation([] { dsh::check_event(mode_event("host-root")); }) ==
+        "sandbox/mode carries unknown mode \"host-root\"");
+  CHECK(invariant_violation([] { dsh::check_event(mode_event(42)); }) == "sandbox/mode carries unknown mode 42");
+  CHECK(invariant_violation([] { dsh::check_event(mode_event(nullptr)); }) == "sandbox/mode carries unknown mode null");
+  CHECK(invariant_violation([] { dsh::check_event(mode_event_with_data(json::object())); }) ==
+        "sandbox/mode carries no mode");
+  CHECK_NOTHROW(dsh::check_event(mode_event("workspace-write")));
+  CHECK_NOTHROW(dsh::check_event(json{{"type", "user/message"}}));
+}
+
+TEST_CASE("the Session constructor rejects a forged seed", "[invariant][session]") {
+  const dsh::SessionHeader header{"s", std::nullopt, 0};
+  CHECK(invariant_violation([&] {
+          dsh::Session session(header, {mode_event("workspace-write"), mode_event("host-root")});
+        }) == "sandbox/mode carries unknown mode \"host-root\"");
+  // A forged switch anywhere in the seed, not only the last one.
+  CHECK(invariant_violation([&] {
+          dsh::Session session(header, {mode_event(42), mode_event("workspace-write")});
+        }) == "sandbox/mode carries unknown mode 42");
+  CHECK(invariant_violation([&] {
+          dsh::Session session(header, {json{{"type", "user/message"}}, mode_event_with_data(json::object())});
+        }) == "sandbox/mode carries no mode");
+
+  const std::vector<json> seed{json{{"type", "user/message"}, {"seq", 0}}, mode_event("danger-full-access"),
+                               mode_event_with_data(json{{"mode", "workspace-write"}, {"source", "delegation"}}),
+                               json{{"type", "user/message"}, {"seq", 3}}};
+  const dsh::Session session(header, seed);
+  CHECK(session.events() == seed);
+  CHECK(session.header() == header);
+  CHECK(session.sandbox_mode_override() == SandboxMode::workspace_write);
+}
+
+TEST_CASE("Session::append rejects a forged event and leaves the session unchanged", "[invariant][session]") {
+  dsh::Session session(dsh::SessionHeader{"s", std::nullopt, 0});
+  dsh::set_sandbox_mode(session, SandboxMode::workspace_write);
+  session.append("user/message", json{{"text", "hi"}});
+  const std::vector<json> before = session.events();
+
+  CHECK(invariant_violation([&] {
+          session.append("sandbox/mode", json{{"mode", "host-root"}});
+        }) == "sandbox/mode carries unknown mode \"host-root\"");
+  CHECK(invariant_violation([&] {
+          session.append("sandbox/mode", json{{"mode", 42}});
+        }) == "sandbox/mode carries unknown mode 42");
+  CHECK(invariant_violation([&] {
+          session.append("sandbox/mode", json{{"mode", nullptr}});
+        }) == "sandbox/mode carries unknown mode null");
+  CHECK(invariant_violation([&] { session.append("sandbox/mode", json::object()); }) == "sandbox/mode carries no mode");
+  CHECK(invariant_violation([&] { session.append("sandbox/mode", json(nullptr)); }) == "sandbox/mode carries no mode");
+
+  CHECK(session.events() == before);
+  CHECK(session.sandbox_mode_override() == SandboxMode::workspace_write);
+  // The next event still gets the next seq: nothing was counted for the rejected ones.
+  session.append("user/message", json::object());
+  CHECK(session.events().back()["seq"] == 2);
+}
+
+TEST_CASE("Session::append builds the DSH envelope", "[session]") {
+  dsh::Session session(dsh::SessionHeader{"s", std::nullopt, 0},
+                       {json{{"type", "user/message"}, {"seq", 0}}, json{{"type", "user/message"}, {"seq", 1}}});
+  const std::int64_t earliest = dsh::detail::now_epoch_ms();
+  session.append("tool/result", json{{"ok", true}});
+  const std::int64_t latest = dsh::detail::now_epoch_ms();
+
+  REQUIRE(session.events().size() == 3);
+  const json& event = session.events().back();
+  CHECK(event.size() == 4);
+  CHECK(event["type"] == "tool/result");
+  CHECK(event["seq"] == 2);
+  CHECK(event["data"] == json{{"ok", true}});
+  REQUIRE(event["time"].is_number_integer());
+  CHECK(event["time"].get<std::int64_t>() >= earliest);
+  CHECK(event["time"].get<std::int64_t>() <= latest);
+}
+
+TEST_CASE("set_sandbox_mode appends exactly one event, even when the mode is unchanged", "[session]") {
+  dsh::Session session(dsh::SessionHeader{"s", std::nullopt, 0});
+  session.append("user/message", json{{"text", "hi"}});
+  const json first = session.events().front();
+
+  dsh::set_sandbox_mode(session, SandboxMode::workspace_write);
+  REQUIRE(session.events().size() == 2);
+  CHECK(session.events().front() == first);
+  const json& switched = session.events().back();
+  CHECK(switched["type"] == "sandbox/mode");
+  CHECK(switched["seq"] == 1);
+  CHECK(switched["data"] == json{{"mode", "workspace-write"}});
+  CHECK(switched["data"].dump() == R"({"mode":"workspace-write"})");
+
+  dsh::set_sandbox_mode(session, SandboxMode::workspace_write);
+  REQUIRE(session.events().size() == 3);
+  CHECK(session.events().back()["data"].dump() == R"({"mode":"workspace-write"})");
+  CHECK(session.events().back()["seq"] == 2);
+
+  // On a host's own session type: exactly one append call, with exactly that type and data.
+  RecordingSession host{dsh::SessionHeader{"h", std::nullopt, 0}, {}, {}};
+  dsh::set_sandbox_mode(host, SandboxMode::danger_full_access);
+  REQUIRE(host.appended.size() == 1);
+  CHECK(host.appended[0].first == "sandbox/mode");
+  CHECK(host.appended[0].second.dump() == R"({"mode":"danger-full-access"})");
+  dsh::set_sandbox_mode(host, SandboxMode::read_only);
+  REQUIRE(host.appended.size() == 2);
+  CHECK(host.appended[1].second.dump() == R"({"mode":"read-only"})");
+}
+
+TEST_CASE("sandbox_mode_override tracks appends and agrees with the fold", "[session]") {
+  dsh::Session session(dsh::SessionHeader{"s", std::nullopt, 0});
+  const auto agrees = [&session] { return session.sandbox_mode_override() == dsh::effective_mode(session.events()); };
+  CHECK_FALSE(session.sandbox_mode_override().has_value());
+  CHECK(agrees());
+
+  session.append("user/message", json{{"text", "hi"}});
+  CHECK_FALSE(session.sandbox_mode_override().has_value());
+
+  dsh::set_sandbox_mode(session, SandboxMode::danger_full_access);
+  CHECK(session.sandbox_mode_override() == SandboxMode::danger_full_access);
+  CHECK(agrees());
+
+  session.append("user/message", json{{"text", "again"}});
+  CHECK(session.sandbox_mode_override() == SandboxMode::danger_full_access);
+
+  session.append("sandbox/mode", json{{"mode", "read-only"}, {"source", "delegation"}});
+  CHECK(session.sandbox_mode_override() == SandboxMode::read_only);
+  CHECK(agrees());
+
+  CHECK_THROWS_AS(session.append("sandbox/mode", json{{"mode", "host-root"}}), dsh::InvariantViolation);
+  CHECK(session.sandbox_mode_override() == SandboxMode::read_only);
+  CHECK(agrees());
+}
+
+TEST_CASE("two sessions never share a mode", "[session]") {
+  const dsh::test::TempDir tmp;
+  const dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp.path(), "DSH"});
+  dsh::Session first(dsh::SessionHeader{"same-id", std::nullopt, 0});
+  const dsh::Session second(dsh::SessionHeader{"same-id", std::nullopt, 0});
+  dsh::set_sandbox_mode(first, SandboxMode::danger_full_access);
+  CHECK(owner.resolve(first).mode == SandboxMode::danger_full_access);
+  CHECK(owner.resolve(second).mode == SandboxMode::read_only);
+  CHECK_FALSE(second.sandbox_mode_override().has_value());
+}
+
+TEST_CASE("TMPDIR changes no byte of the model text", "[cache]") {
+  const dsh::test::TempDir tmp;
+  std::filesystem::create_directories(tmp / "ws");
+  std::filesystem::create_directories(tmp / "tmp-one");
+  std::filesystem::create_directories(tmp / "tmp-two");
+  const std::string root = std::filesystem::canonical(tmp / "ws").string();
+  const std::string one = std::filesystem::canonical(tmp / "tmp-one").string();
+  const std::string two = std::filesystem::canonical(tmp / "tmp-two").string();
+
+  const EnvGuard tmpdir("TMPDIR");
+  // Renders every mode with the owner built and the text rendered under one TMPDIR.
+  const auto render_all = [&](const std::string& value) {
+    tmpdir.set(value);
+    dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp / "ws", "DSH"});
+    const dsh::Disposer filesystem = owner.registerEnforcedFamily(dsh::Family::filesystem);
+    const dsh::Disposer bash = owner.registerEnforcedFamily(dsh::Family::bash);
+    const dsh::Disposer terminal = owner.registerEnforcedFamily(dsh::Family::terminal);
+    const dsh::Disposer offer = owner.registerEscalatableFamily(dsh::Family::bash);
+    std::vector<std::string> texts;
+    for (SandboxMode mode : dsh::SANDBOX_MODES) {
+      dsh::Session with_cwd(dsh::SessionHeader{"s", root, 0});
+      dsh::set_sandbox_mode(with_cwd, mode);
+      texts.push_back(owner.context(with_cwd));
+      dsh::Session without_cwd(dsh::SessionHeader{"s", std::nullopt, 0});
+      dsh::set_sandbox_mode(without_cwd, mode);
+      texts.push_back(owner.context(without_cwd));
+    }
+    return texts;
+  };
+  const std::vector<std::string> under_one = render_all(one);
+  const std::vector<std::string> under_two = render_all(two);
+  REQUIRE(under_one.size() == 6);
+  CHECK(under_one == under_two);
+  for (const std::string& text : under_one) {
+    CHECK(text.find(one) == std::string::npos);
+    CHECK(text.find(two) == std::string::npos);
+    CHECK(text.find("tmp-") == std::string::npos);
+  }
+  CHECK(under_one[2] == "Current DSH file policy: workspace-write. The write and edit tools, one-shot bash commands, "
+                        "and terminal sessions may modify files under the session workspace: \"" +
+                            root + "\". Some platform temporary areas may also be writable.");
+  CHECK(under_one[2] == under_one[3]);
+}
