@@ -283,3 +283,23 @@ TEST_CASE("permits_write: whole components, on paths that do not exist", "[permi
   CHECK(everything.permits_write("/nonexistent-xyz/a"));
   CHECK(everything.permits_write("relative"));
 }
+
+TEST_CASE("permits_write: a path holding NUL is refused", "[permits_write]") {
+  const dsh::test::TempDir tmp;
+  fs::create_directories(tmp / "ws");
+  fs::create_directories(tmp / "other");
+  const fs::path base = fs::canonical(tmp.path());
+  const dsh::ResolvedPolicy policy{dsh::SandboxMode::workspace_write, base / "ws", dsh::ModeSource::session,
+                                   dsh::RootSource::session};
+  // open(2) sees only the part before the NUL: base/other/secret, outside the workspace.
+  const fs::path target((base / "other" / "secret").string() + std::string(1, '\0') + "/../../ws/x");
+  CHECK_FALSE(policy.permits_write(target));
+  CHECK_FALSE(policy.permits_write(fs::path(std::string("x\0y", 3))));
+}
+
+TEST_CASE("permits_write: a root that is not absolute contains nothing", "[permits_write]") {
+  const dsh::ResolvedPolicy no_root{dsh::SandboxMode::workspace_write, fs::path(), dsh::ModeSource::session,
+                                    dsh::RootSource::session};
+  CHECK_FALSE(no_root.permits_write("/etc/passwd"));
+  CHECK_FALSE(no_root.permits_write("relative"));
+}

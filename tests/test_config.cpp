@@ -50,7 +50,7 @@ const std::string kRootValue =
     "PolicyConfig key \"workspaceRoot\": expected a non-empty path without NUL characters; found ";
 const std::string kLabelType = "PolicyConfig key \"hostLabel\": expected a string; found ";
 const std::string kLabelValue =
-    "PolicyConfig key \"hostLabel\": expected a non-empty string without control characters or '\"'; found ";
+    "PolicyConfig key \"hostLabel\": expected a non-empty UTF-8 string without control characters or '\"'; found ";
 const std::string kUnknownKey =
     "PolicyConfig: expected only the keys \"mode\", \"workspaceRoot\" and \"hostLabel\"; found ";
 const std::string kNotObject = "PolicyConfig: expected a JSON object; found ";
@@ -330,4 +330,24 @@ TEST_CASE("FamilySet iterates in canonical order", "[vocabulary][familyset]") {
   CHECK(json(FamilySet{Family::terminal, Family::filesystem, Family::bash}).dump() ==
         R"(["filesystem","bash","terminal"])");
   CHECK(json(FamilySet{}).dump() == "[]");
+}
+
+TEST_CASE("a host label that is not UTF-8 is refused", "[config]") {
+  const dsh::test::TempDir tmp;
+  std::string message;
+  try {
+    const dsh::PolicyOwner owner(dsh::PolicyConfig{dsh::SandboxMode::read_only, tmp.path(), "H\xFFst"});
+  } catch (const dsh::ConfigError& error) {
+    message = error.what();
+  }
+  CHECK(message == "PolicyConfig key \"hostLabel\": expected a non-empty UTF-8 string without control characters "
+                   "or '\"'; found \"H\xEF\xBF\xBDst\"");
+}
+
+TEST_CASE("FamilySet ignores values outside the enum", "[familyset]") {
+  const dsh::FamilySet forged{static_cast<dsh::Family>(5)};
+  CHECK(forged.empty());
+  const dsh::ResolvedPolicy policy{dsh::SandboxMode::read_only, "/x", dsh::ModeSource::session,
+                                   dsh::RootSource::session};
+  CHECK(dsh::render_policy_context(policy, forged, {}).empty()); // today: reads FAMILY_LABELS[5]
 }

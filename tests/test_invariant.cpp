@@ -306,3 +306,20 @@ TEST_CASE("TMPDIR changes no byte of the model text", "[cache]") {
                             root + "\". Some platform temporary areas may also be writable.");
   CHECK(under_one[2] == under_one[3]);
 }
+
+namespace {
+struct AppendCountingSession {
+  dsh::SessionHeader head;
+  std::vector<nlohmann::json> log;
+  int appends = 0;
+  [[nodiscard]] const dsh::SessionHeader& header() const { return head; }
+  [[nodiscard]] const std::vector<nlohmann::json>& events() const { return log; }
+  void append(std::string_view /*type*/, nlohmann::json /*data*/) { ++appends; }
+};
+} // namespace
+
+TEST_CASE("set_sandbox_mode never writes a forged event, whatever the session type", "[session]") {
+  AppendCountingSession host{dsh::SessionHeader{"h", std::nullopt, 0}, {}, 0};
+  CHECK_THROWS_AS(dsh::set_sandbox_mode(host, static_cast<dsh::SandboxMode>(7)), dsh::InvariantViolation);
+  CHECK(host.appends == 0);
+}

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -323,4 +324,18 @@ TEST_CASE("a listener may dispose itself while it runs", "[registry][onChange]")
   Disposer b = f.owner.registerEnforcedFamily(Family::terminal);
   CHECK(calls == 1);
   CHECK_FALSE(listener.active());
+}
+
+TEST_CASE("onChange refuses an empty listener", "[registry][onChange]") {
+  const dsh::test::TempDir tmp;
+  dsh::PolicyOwner owner(dsh::PolicyConfig{dsh::SandboxMode::read_only, tmp.path(), "DSH"});
+  std::string message;
+  try {
+    const dsh::Disposer listener = owner.onChange(std::function<void()>());
+  } catch (const dsh::ConfigError& error) {
+    message = error.what();
+  }
+  CHECK(message == "PolicyOwner::onChange: expected a callable listener; found an empty std::function");
+  const dsh::Disposer bash = owner.registerEnforcedFamily(dsh::Family::bash); // today: std::terminate here
+  CHECK(owner.enforcedFamilies() == dsh::FamilySet{dsh::Family::bash});
 }

@@ -315,7 +315,8 @@ public:
 private:
   constexpr explicit FamilySet(std::uint8_t bits) noexcept : bits_(bits) {}
   [[nodiscard]] static constexpr std::uint8_t bit(Family family) noexcept {
-    return static_cast<std::uint8_t>(1U << static_cast<unsigned>(family));
+    const auto index = static_cast<unsigned>(family);
+    return index < FAMILIES.size() ? static_cast<std::uint8_t>(1U << index) : std::uint8_t{0};
   }
   std::uint8_t bits_ = 0;
 };
@@ -367,7 +368,7 @@ concept HasSandboxModeOverride = requires(const S& session) {
 namespace detail {
 
 /// Returns true if `event` is a JSON object whose `type` is the string `type`.
-[[nodiscard]] inline bool has_type(const nlohmann::json& event, std::string_view type) noexcept {
+[[nodiscard]] inline bool has_type(const nlohmann::json& event, std::string_view type) {
   if (!event.is_object()) {
     return false;
   }
@@ -376,7 +377,7 @@ namespace detail {
 }
 
 /// Returns `data.mode` of an event, or nullptr when the event has no such member.
-[[nodiscard]] inline const nlohmann::json* mode_member(const nlohmann::json& event) noexcept {
+[[nodiscard]] inline const nlohmann::json* mode_member(const nlohmann::json& event) {
   const auto data = event.find("data");
   if (data == event.end() || !data->is_object()) {
     return nullptr;
@@ -493,7 +494,9 @@ const nlohmann::json& > [[nodiscard]] std::optional<SandboxMode> effective_mode(
 /// Switches a session's mode: appends exactly one `sandbox/mode` event with
 /// `data = {"mode": <mode>}`, even when the mode is unchanged. Throws what `append` throws.
 template <AppendableSession S> void set_sandbox_mode(S& session, SandboxMode mode) {
-  session.append(SANDBOX_MODE_EVENT, nlohmann::json{{"mode", std::string(to_string(mode))}});
+  nlohmann::json data{{"mode", std::string(to_string(mode))}};
+  check_event(nlohmann::json{{"type", SANDBOX_MODE_EVENT}, {"data", data}});
+  session.append(SANDBOX_MODE_EVENT, std::move(data));
 }
 
 /// An in-memory session: an immutable header and an append-only vector of JSON events.
@@ -662,15 +665,65 @@ inline void require_valid_root(const std::filesystem::path& root) {
   }
 }
 
-/// Throws ConfigError unless `label` is non-empty and holds no control character and no `"`.
+/// Returns the length of the well-formed UTF-8 sequence at the start of `bytes`, or 0 when it
+/// is ill-formed; `*consumed` receives the maximal subpart to replace by one U+FFFD (>= 1).
+[[nodiscard]] constexpr std::size_t utf8_sequence(std::string_view bytes, std::size_t* consumed) noexcept {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t length = 0;
+  unsigned char low = 0x80;
+  unsigned char high = 0xBF;
+  if (lead < 0x80) {
+    *consumed = 1;
+    return 1;
+  }
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    low = lead == 0xE0 ? 0xA0 : 0x80;
+    high = lead == 0xED ? 0x9F : 0xBF;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    low = lead == 0xF0 ? 0x90 : 0x80;
+    high = lead == 0xF4 ? 0x8F : 0xBF;
+  } else {
+    *consumed = 1;
+    return 0;
+  }
+  for (std::size_t i = 1; i < length; ++i) {
+    const bool in_range = i < bytes.size() && byte(i) >= (i == 1 ? low : 0x80) && byte(i) <= (i == 1 ? high : 0xBF);
+    if (!in_range) {
+      *consumed = i;
+      return 0;
+    }
+  }
+  *consumed = length;
+  return length;
+}
+
+/// Returns true if `text` is well-formed UTF-8.
+[[nodiscard]] constexpr bool is_utf8(std::string_view text) noexcept {
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t consumed = 1;
+    if (utf8_sequence(text.substr(i), &consumed) == 0) {
+      return false;
+    }
+    i += consumed;
+  }
+  return true;
+}
+
+/// Throws ConfigError unless `label` is non-empty UTF-8 and holds no control character and no `"`.
 inline void require_valid_label(std::string_view label) {
   const bool bad_character = std::ranges::any_of(label, [](char c) {
     const auto byte = static_cast<unsigned char>(c);
     return byte < 0x20 || byte == 0x7F || c == '"';
   });
-  if (label.empty() || bad_character) {
+  if (label.empty() || bad_character || !is_utf8(label)) {
     throw ConfigError(expectation_message("PolicyConfig key \"hostLabel\"",
-                                          "a non-empty string without control characters or '\"'", std::string(label)));
+                                          "a non-empty UTF-8 string without control characters or '\"'",
+                                          std::string(label)));
   }
 }
 
@@ -731,6 +784,9 @@ namespace detail {
 [[nodiscard]] inline bool is_within(const std::filesystem::path& path, const std::filesystem::path& root) noexcept {
   const std::string& p = path.native();
   const std::string& r = root.native();
+  if (r.empty() || r.front() != '/') {
+    return false; // a root that is not absolute contains nothing: fail closed
+  }
   if (r == "/") {
     return !p.empty() && p.front() == '/';
   }
@@ -755,13 +811,13 @@ struct ResolvedPolicy {
   /// beneath it by whole components. An empty path is never permitted.
   /// A path check is only as good as the moment it runs: the filesystem can change between
   /// this check and the write (time of check / time of use). Open beneath the root with the
-  /// kernel's help (see landlock.hpp's `open_beneath`) where that matters.
+  /// kernel's help (`dsh::open_beneath` in <dsh/open_beneath.hpp>) where that matters.
   [[nodiscard]] bool permits_write(const std::filesystem::path& target) const {
     switch (mode) {
     case SandboxMode::danger_full_access:
       return true;
     case SandboxMode::workspace_write:
-      return !target.empty() &&
+      return !target.empty() && target.native().find('\0') == std::string::npos &&
              detail::is_within(canonical_path(target.is_absolute() ? target : workspace_root / target), workspace_root);
     case SandboxMode::read_only:
       break;
@@ -804,43 +860,6 @@ inline void append_family_list(std::string& out, FamilySet families, std::string
   if (sentence_start && out.size() > first && out[first] >= 'a' && out[first] <= 'z') {
     out[first] = static_cast<char>(out[first] - 'a' + 'A');
   }
-}
-
-/// Returns the length of the well-formed UTF-8 sequence at the start of `bytes`, or 0 when it
-/// is ill-formed; `*consumed` receives the maximal subpart to replace by one U+FFFD (>= 1).
-[[nodiscard]] constexpr std::size_t utf8_sequence(std::string_view bytes, std::size_t* consumed) noexcept {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t length = 0;
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  if (lead < 0x80) {
-    *consumed = 1;
-    return 1;
-  }
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    low = lead == 0xE0 ? 0xA0 : 0x80;
-    high = lead == 0xED ? 0x9F : 0xBF;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    low = lead == 0xF0 ? 0x90 : 0x80;
-    high = lead == 0xF4 ? 0x8F : 0xBF;
-  } else {
-    *consumed = 1;
-    return 0;
-  }
-  for (std::size_t i = 1; i < length; ++i) {
-    const bool in_range = i < bytes.size() && byte(i) >= (i == 1 ? low : 0x80) && byte(i) <= (i == 1 ? high : 0xBF);
-    if (!in_range) {
-      *consumed = i;
-      return 0;
-    }
-  }
-  *consumed = length;
-  return length;
 }
 
 /// Appends `text` as a JSON string literal: in double quotes; `"`, `\` and control
@@ -1193,6 +1212,9 @@ public:
   /// thread that made it, outside any lock. A listener must not throw. Dispose the returned
   /// `Disposer` to stop.
   [[nodiscard]] Disposer onChange(std::function<void()> listener) {
+    if (!listener) {
+      throw ConfigError("PolicyOwner::onChange: expected a callable listener; found an empty std::function");
+    }
     const std::uint64_t id = registry_->add_listener(std::move(listener));
     return Disposer(registry_, detail::Contribution::listener, Family::filesystem, id);
   }
