@@ -110,8 +110,11 @@ public:
   explicit StreamedSession(std::vector<json> seed) : events_(std::move(seed)) {}
   [[nodiscard]] const dsh::SessionHeader& header() const { return header_; }
   [[nodiscard]] Range events() const { return Range{&events_}; }
-  void append(std::string_view type, json data) {
-    events_.push_back(event(std::string(type), static_cast<std::int64_t>(events_.size()), std::move(data)));
+  void append(std::string_view type, json data) { append(type, std::move(data), json::object()); }
+  void append(std::string_view type, json data, const json& envelope) {
+    json appended = event(std::string(type), static_cast<std::int64_t>(events_.size()), std::move(data));
+    appended.update(envelope);
+    events_.push_back(std::move(appended));
   }
   [[nodiscard]] const std::vector<json>& stored() const { return events_; }
 
@@ -121,7 +124,7 @@ private:
 };
 static_assert(std::ranges::input_range<StreamedSession::Range>);
 static_assert(!std::ranges::forward_range<StreamedSession::Range>);
-static_assert(dsh::AppendableSession<StreamedSession>);
+static_assert(dsh::EnvelopeAppendableSession<StreamedSession>);
 
 /// Sets an environment variable for its lifetime.
 class EnvironmentVariable {
@@ -250,6 +253,8 @@ TEST_CASE("the first request appends one snapshot message in the SPEC §7 shape"
   CHECK(appended.at("seq") == 0);
   CHECK(appended.at("time").is_number_integer());
   CHECK(appended.at("data") == snapshot_data("runtime-context-0", std::string(PREAMBLE) + "\n\n" + READ_ONLY_ALL));
+  CHECK(appended.at("surfaceOp") == "append");
+  CHECK(appended.size() == 5);
   CHECK(dsh::to_string(dsh::SnapshotOutcome::snapshot) == "snapshot");
 }
 

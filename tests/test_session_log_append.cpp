@@ -139,3 +139,24 @@ TEST_CASE("a short write is rolled back to the previous length, and the next app
   CHECK(reopened.events().size() == 2);
   CHECK(reopened.sandbox_mode_override() == SandboxMode::read_only);
 }
+
+TEST_CASE("envelope members are written after data; a bad envelope writes nothing") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  auto log = SessionLog::create(path, {"envelope", {}, 1});
+  const std::string header = read_bytes(path);
+
+  CHECK(log.append("user/message", {{"role", "user"}}, {{"surfaceOp", "append"}}) == 0);
+  const std::string line = read_bytes(path).substr(header.size());
+  const auto parsed = nlohmann::json::parse(line);
+  CHECK(line.starts_with(R"({"type":"user/message","seq":0,"time":)"));
+  CHECK(line.ends_with(R"(,"data":{"role":"user"},"surfaceOp":"append"})"
+                       "\n"));
+  CHECK(parsed.size() == 5);
+
+  const std::string before = read_bytes(path);
+  CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, {{"seq", 9}}), dsh::ConfigError);
+  CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, nlohmann::json::array()), dsh::ConfigError);
+  CHECK(read_bytes(path) == before);
+  CHECK(log.next_seq() == 1);
+}

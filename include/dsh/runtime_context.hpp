@@ -269,18 +269,18 @@ template <JsonEventRange R> [[nodiscard]] SnapshotScan scan_snapshots(R&& events
 }
 
 /// Appends the snapshot message carrying `text` with the id `runtime-context-<next_seq>`.
-template <AppendableSession S> void append_snapshot(S& session, std::string_view text, std::int64_t next_seq) {
+template <EnvelopeAppendableSession S> void append_snapshot(S& session, std::string_view text, std::int64_t next_seq) {
   nlohmann::json data{
       {"id", std::string(RUNTIME_CONTEXT_ID_PREFIX) + std::to_string(next_seq)},
       {"role", "user"},
       {"content", nlohmann::json::array({nlohmann::json{{"type", "text"}, {"text", text}}})},
       {"source", nlohmann::json{{"kind", "plugin"}, {"plugin", RUNTIME_CONTEXT_PLUGIN}}},
   };
-  session.append(USER_MESSAGE_EVENT, std::move(data));
+  session.append(USER_MESSAGE_EVENT, std::move(data), nlohmann::json{{"surfaceOp", "append"}});
 }
 
 /// The shared body of announce and re-announce.
-template <AppendableSession S>
+template <EnvelopeAppendableSession S>
 SnapshotOutcome announce(S& session, std::string_view snapshot_text, bool even_if_unchanged) {
   const SnapshotScan scan = scan_snapshots(session.events());
   const bool clearing = snapshot_text.empty();
@@ -314,7 +314,8 @@ template <SessionLike S> [[nodiscard]] std::optional<SnapshotRecord> latest_runt
 /// but the log: there is no in-memory mirror, so a restarted host behaves the same. Throws
 /// what `session.events()` and `session.append` throw; a failed append leaves what the
 /// session guarantees (both `dsh::Session` and `dsh::SessionLog` leave the log unchanged).
-template <AppendableSession S> SnapshotOutcome announce_runtime_context(S& session, std::string_view snapshot_text) {
+template <EnvelopeAppendableSession S>
+SnapshotOutcome announce_runtime_context(S& session, std::string_view snapshot_text) {
   return detail::announce(session, snapshot_text, false);
 }
 
@@ -322,7 +323,8 @@ template <AppendableSession S> SnapshotOutcome announce_runtime_context(S& sessi
 /// same text: for a host whose own history no longer holds that message (after compaction,
 /// say). With an empty `snapshot_text` it appends RUNTIME_CONTEXT_CLEARED when the log holds
 /// any earlier snapshot, and nothing otherwise.
-template <AppendableSession S> SnapshotOutcome reannounce_runtime_context(S& session, std::string_view snapshot_text) {
+template <EnvelopeAppendableSession S>
+SnapshotOutcome reannounce_runtime_context(S& session, std::string_view snapshot_text) {
   return detail::announce(session, snapshot_text, true);
 }
 

@@ -359,6 +359,14 @@ concept AppendableSession = SessionLike<S> && requires(S& session, std::string_v
   session.append(type, std::move(data));
 };
 
+/// An appendable session that can also write extra envelope members beside type, seq, time
+/// and data (`s.append(type, data, envelope)`), as the runtime-context snapshot's `surfaceOp` needs.
+template <class S>
+concept EnvelopeAppendableSession = AppendableSession<S> &&
+    requires(S& session, std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
+  session.append(type, std::move(data), envelope);
+};
+
 /// A session that keeps the fold's result current as it appends, so `resolve` need not scan.
 template <class S>
 concept HasSandboxModeOverride = requires(const S& session) {
@@ -432,20 +440,26 @@ namespace detail {
   return parse_sandbox_mode(mode_member(event)->get_ref<const std::string&>());
 }
 
-/// Returns the DSH envelope `{"type","seq","time":<now>,"data"}` plus the members of
-/// `envelope`; throws ConfigError when `envelope` is not an object or names an envelope key.
-[[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
-                                               const nlohmann::json& envelope) {
+/// Throws ConfigError unless `envelope` (extra top-level members of an event, such as
+/// `"surfaceOp":"append"`) is an object naming none of type, seq, time and data.
+inline void check_envelope(const nlohmann::json& envelope) {
   if (!envelope.is_object()) {
     throw ConfigError(expectation_message("event envelope", "a JSON object", envelope));
   }
-  nlohmann::json event{{"type", type}, {"seq", seq}, {"time", now_epoch_ms()}, {"data", std::move(data)}};
   for (const auto& [key, value] : envelope.items()) {
-    if (event.contains(key)) {
+    if (key == "type" || key == "seq" || key == "time" || key == "data") {
       throw ConfigError(expectation_message("event envelope", "no member named type, seq, time or data", key));
     }
-    event[key] = value;
   }
+}
+
+/// Returns the DSH envelope `{"type","seq","time":<now>,"data"}` plus the members of
+/// `envelope`; throws ConfigError when `check_envelope` refuses `envelope`.
+[[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
+                                               const nlohmann::json& envelope) {
+  check_envelope(envelope);
+  nlohmann::json event{{"type", type}, {"seq", seq}, {"time", now_epoch_ms()}, {"data", std::move(data)}};
+  event.update(envelope);
   return event;
 }
 

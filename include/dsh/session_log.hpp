@@ -894,7 +894,8 @@ public:
   }
 
   /// Appends one event line durably and returns its seq. See `SessionLog::append`.
-  std::uint64_t append(std::string_view type, nlohmann::json data) {
+  std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
+    detail::check_envelope(envelope);
     if (type.find('/') == std::string_view::npos) {
       throw LogError(path, 0,
                      "cannot append an event of type " + json_string_literal(type) +
@@ -917,7 +918,12 @@ public:
     line.append(R"({"type":)").append(type_json);
     line.append(R"(,"seq":)").append(std::to_string(seq));
     line.append(R"(,"time":)").append(std::to_string(detail::now_epoch_ms()));
-    line.append(R"(,"data":)").append(data_json).append("}\n");
+    line.append(R"(,"data":)").append(data_json);
+    for (const auto& [key, value] : envelope.items()) {
+      line.append(",").append(json_string_literal(key)).append(":");
+      line.append(dump_or_throw(value, path, "the event envelope"));
+    }
+    line.append("}\n");
     write_line(line);
 
     Tally tally = tally_;
@@ -1245,7 +1251,16 @@ public:
   /// one write(2) on the O_APPEND descriptor and fdatasyncs it: when append returns, the event
   /// is on disk. A failed or short write or a failed sync cuts the file back to its previous
   /// length and throws LogError.
-  std::uint64_t append(std::string_view type, nlohmann::json data) { return state_->append(type, std::move(data)); }
+  std::uint64_t append(std::string_view type, nlohmann::json data) {
+    return state_->append(type, std::move(data), nlohmann::json::object());
+  }
+
+  /// Appends like `append(type, data)` with the members of `envelope` (such as
+  /// `"surfaceOp":"append"`) written after `data`. Throws ConfigError, writing nothing, when
+  /// `envelope` is not an object or names type, seq, time or data.
+  std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
+    return state_->append(type, std::move(data), envelope);
+  }
 
   /// Validates and indexes the rows other processes appended since this log last looked, so
   /// that `events()` and `sandbox_mode_override()` include them. Throws LogError if they are
