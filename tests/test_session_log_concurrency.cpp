@@ -18,21 +18,22 @@ namespace {
 
 /// Checks that the log at `path` holds exactly `writers` x `per_writer` "test/append" events
 /// (after `before` other events), each writer's `i` from 0 in seq order, lines intact.
-void check_all_there(const std::filesystem::path& path, int writers, int per_writer, std::size_t before = 0) {
+void check_all_there(const std::filesystem::path& path, std::size_t writers, std::size_t per_writer,
+                     std::size_t before = 0) {
   const auto log = SessionLog::open(path); // validates every line and the contiguous seq
   CHECK_FALSE(log.tail_repair());
-  REQUIRE(log.events().size() == before + static_cast<std::size_t>(writers * per_writer));
-  std::map<int, int> next_index;
+  REQUIRE(log.events().size() == before + writers * per_writer);
+  std::map<std::size_t, std::size_t> next_index;
   std::uint64_t expected_seq = 0;
   for (const nlohmann::json& event : log.events()) {
     CHECK(event["seq"] == expected_seq++);
     if (event["type"] != "test/append") {
       continue;
     }
-    const int writer = event["data"]["writer"].get<int>();
+    const auto writer = event["data"]["writer"].get<std::size_t>();
     CHECK(event["data"]["i"] == next_index[writer]++);
   }
-  CHECK(next_index.size() == static_cast<std::size_t>(writers));
+  CHECK(next_index.size() == writers);
   for (const auto& [writer, count] : next_index) {
     CHECK(count == per_writer);
   }
@@ -43,8 +44,8 @@ void check_all_there(const std::filesystem::path& path, int writers, int per_wri
 } // namespace
 
 TEST_CASE("N threads x M appends on one log, while readers iterate") {
-  constexpr int threads = 6;
-  constexpr int appends = 20;
+  constexpr std::size_t threads = 6;
+  constexpr std::size_t appends = 20;
   const TempDir dir;
   const auto path = dir / "threads.jsonl";
   auto log = SessionLog::create(path, {"threads", {}, 1});
@@ -61,12 +62,13 @@ TEST_CASE("N threads x M appends on one log, while readers iterate") {
     }
   });
   std::vector<std::thread> writers;
-  for (int t = 0; t < threads; ++t) {
+  writers.reserve(threads);
+  for (std::size_t t = 0; t < threads; ++t) {
     writers.emplace_back([&log, t] {
-      for (int i = 0; i < appends; ++i) {
+      for (std::size_t i = 0; i < appends; ++i) {
         log.append("test/append", {{"writer", t}, {"i", i}});
         if (i % 5 == 0) {
-          dsh::set_sandbox_mode(log, dsh::SANDBOX_MODES[static_cast<std::size_t>(t) % 3]);
+          dsh::set_sandbox_mode(log, dsh::SANDBOX_MODES[t % 3]);
         }
       }
     });
@@ -84,19 +86,19 @@ TEST_CASE("N threads x M appends on one log, while readers iterate") {
 }
 
 TEST_CASE("threads appending through two logs of the same file never collide") {
-  constexpr int appends = 25;
+  constexpr std::size_t appends = 25;
   const TempDir dir;
   const auto path = dir / "two.jsonl";
   static_cast<void>(SessionLog::create(path, {"two", {}, 1}));
   auto first = SessionLog::open(path);
   auto second = SessionLog::open(path);
   std::thread a([&] {
-    for (int i = 0; i < appends; ++i) {
+    for (std::size_t i = 0; i < appends; ++i) {
       first.append("test/append", {{"writer", 0}, {"i", i}});
     }
   });
   std::thread b([&] {
-    for (int i = 0; i < appends; ++i) {
+    for (std::size_t i = 0; i < appends; ++i) {
       second.append("test/append", {{"writer", 1}, {"i", i}});
     }
   });
@@ -110,19 +112,19 @@ TEST_CASE("threads appending through two logs of the same file never collide") {
 }
 
 TEST_CASE("K processes x M appends to one log lose nothing and never interleave") {
-  constexpr int processes = 4;
-  constexpr int appends = 25;
+  constexpr std::size_t processes = 4;
+  constexpr std::size_t appends = 25;
   const TempDir dir;
   const auto path = dir / "processes.jsonl";
   auto parent = SessionLog::create(path, {"processes", {}, 1});
 
   std::vector<std::unique_ptr<Child>> children;
-  for (int k = 0; k < processes; ++k) {
+  children.reserve(processes);
+  for (std::size_t k = 0; k < processes; ++k) {
     children.push_back(std::make_unique<Child>([&path, k](int) {
       auto log = SessionLog::open(path);
-      for (int i = 0; i < appends; ++i) {
-        log.append("test/append",
-                   {{"writer", k}, {"i", i}, {"padding", std::string(static_cast<std::size_t>(i) * 97, 'x')}});
+      for (std::size_t i = 0; i < appends; ++i) {
+        log.append("test/append", {{"writer", k}, {"i", i}, {"padding", std::string(i * 97, 'x')}});
       }
       return 0;
     }));

@@ -172,8 +172,8 @@ TEST_CASE("the events view is a sized random-access range that reads rows lazily
   CHECK(view[3]["seq"] == 3);
   CHECK(view.end() - view.begin() == 5);
   std::vector<int> reversed;
-  for (const nlohmann::json& event : view | std::views::reverse) {
-    reversed.push_back(event["seq"].get<int>());
+  for (auto back = std::make_reverse_iterator(view.end()); back != std::make_reverse_iterator(view.begin()); ++back) {
+    reversed.push_back((*back)["seq"].get<int>());
   }
   CHECK(reversed == std::vector<int>{4, 3, 2, 1, 0});
 }

@@ -58,7 +58,7 @@ inline std::filesystem::path fixture(std::string_view name) {
 
 /// Copies a fixture into `dir` (writable: opening may repair a torn tail); returns the copy.
 inline std::filesystem::path copy_fixture(const TempDir& dir, std::string_view name) {
-  const std::filesystem::path copy = dir / name;
+  std::filesystem::path copy = dir / name;
   write_bytes(copy, read_bytes(fixture(name)));
   return copy;
 }
@@ -155,7 +155,7 @@ public:
   }
 
   /// Reads everything the child writes until it closes the pipe.
-  std::string read_all() const {
+  [[nodiscard]] std::string read_all() const {
     std::string text;
     char buffer[4096];
     for (ssize_t got = 0; (got = ::read(read_fd_, buffer, sizeof buffer)) != 0;) {

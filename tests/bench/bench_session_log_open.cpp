@@ -11,12 +11,13 @@
 // that every method starts from a warm page cache.
 #include <dsh/session_log.hpp>
 
+#include "realistic_log.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -47,96 +48,9 @@ struct NullSax : nlohmann::json::json_sax_t {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 };
 
-/// Text that looks like what tools return: code with quotes, backslashes, tabs, non-ASCII.
-std::string tool_output(std::mt19937_64& random, std::size_t length) {
-  static const std::vector<std::string> lines = {
-      "#include <dsh/sandbox_policy.hpp>",
-      "int main(int argc, char** argv) {",
-      "\tstd::printf(\"%s\\n\", argv[0]);  // print the name",
-      "  if (path.find(\"C:\\\\Users\") != npos) { return 1; }",
-      "drwxr-xr-x  2 me me 4096 Nov 30 05:42 include",
-      "-rw-r--r--  1 me me 50894 Nov 30 05:43 sandbox_policy.hpp",
-      "error: expected ';' before '}' token",
-      "  résumé — naïve café: 中文注释 ✓ 🚀",
-      "{\"key\": [1, 2, 3], \"nested\": {\"ok\": true}}",
-      "    at Object.<anonymous> (/srv/app/index.js:12:5)",
-  };
-  std::string text;
-  while (text.size() < length) {
-    text += lines[random() % lines.size()];
-    text += '\n';
-  }
-  return text;
-}
-
-/// Writes a realistic DSH log of at least `megabytes` MB to `path`.
+/// Writes a realistic DSH log of at least `megabytes` MB to `path` (the generator bench_policy uses too).
 void build_log(const std::string& path, std::size_t megabytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << R"({"type":"session","version":0,"id":"bench","createdAt":1764480000000,"cwd":"/srv/bench","delegationDepth":0})"
-      << '\n';
-  std::mt19937_64 random(42);
-  const std::size_t target = megabytes << 20;
-  std::size_t written = 0;
-  std::uint64_t seq = 0;
-  std::int64_t time = 1764480000000;
-  static const std::vector<std::string> words = {"The ", "file ",   "policy ",    "is ",    "read-only",
-                                                 ". ",   "Let ",    "me ",        "check ", "`main.cpp`",
-                                                 "\n",   "résumé ", "\"quoted\" "};
-  const auto emit = [&](const nlohmann::json& row) {
-    const std::string line = row.dump() + '\n';
-    out << line;
-    written += line.size();
-  };
-  const auto event = [&](const char* type, nlohmann::json data) {
-    emit(nlohmann::json{{"type", type}, {"seq", seq++}, {"time", time++}, {"data", std::move(data)}});
-  };
-  while (written < target) {
-    const auto roll = random() % 1000;
-    if (roll < 2) {
-      event("sandbox/mode", {{"mode", dsh::to_string(dsh::SANDBOX_MODES[random() % 3])}});
-    } else if (roll < 700) {
-      std::string text;
-      for (auto n = 1 + random() % 6; n > 0; --n) {
-        text += words[random() % words.size()];
-      }
-      event("assistant/chunk",
-            {{"turn", seq / 500}, {"step", 0}, {"chunk", {{"type", "text-delta"}, {"index", 0}, {"text", text}}}});
-    } else if (roll < 800) {
-      event("tool/result", {{"turn", seq / 500},
-                            {"callId", "call-" + std::to_string(seq)},
-                            {"name", "bash"},
-                            {"output", tool_output(random, 200 + random() % 6000)},
-                            {"isError", random() % 10 == 0}});
-    } else if (roll < 820) {
-      const auto count = 2 + random() % 30;
-      std::vector<std::string> texts;
-      for (std::size_t i = 0; i < count; ++i) {
-        texts.push_back(words[random() % words.size()]);
-      }
-      nlohmann::json dt = nlohmann::json::array();
-      for (std::size_t i = 1; i < count; ++i) {
-        dt.push_back(random() % 40);
-      }
-      emit({{"type", "text-chunks"},
-            {"seq0", seq},
-            {"time0", time},
-            {"data", {{"turn", seq / 500}, {"step", 0}, {"index", 0}, {"dt", dt}, {"texts", texts}}}});
-      seq += count;
-      time += static_cast<std::int64_t>(count);
-    } else if (roll < 900) {
-      event("assistant/chunk",
-            {{"turn", seq / 500},
-             {"step", 1},
-             {"chunk", {{"type", "tool-call-delta"}, {"index", 1}, {"argsDelta", "{\"cmd\":\"ls -la\"}"}}}});
-    } else if (roll < 950) {
-      event("user/message", {{"id", "m" + std::to_string(seq)},
-                             {"role", "user"},
-                             {"content", {{{"type", "text"}, {"text", tool_output(random, 300)}}}},
-                             {"source", {{"kind", "user"}}}});
-    } else {
-      event(roll < 975 ? "turn/start" : "turn/end", {{"turn", seq / 500}, {"reason", {{"kind", "completed"}}}});
-    }
-  }
+  dsh::bench::write_log(path, {.min_bytes = std::uint64_t{megabytes} << 20, .rows = 0, .realistic = true});
 }
 
 std::uint64_t file_size(const std::string& path) { return std::filesystem::file_size(path); }
@@ -202,6 +116,7 @@ Result run_child(const std::string& self, const std::string& method, const std::
   posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
   std::vector<std::string> args = {self, "--measure", method, path};
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& arg : args) {
     argv.push_back(arg.data());
   }
@@ -230,10 +145,7 @@ Result run_child(const std::string& self, const std::string& method, const std::
   return result;
 }
 
-} // namespace
-
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+int run(const std::vector<std::string>& args) {
   if (args.size() == 3 && args[0] == "--measure") {
     return measure(args[1], args[2]);
   }
@@ -283,4 +195,15 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(directory);
   }
   return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "bench_session_log_open: %s\n", error.what());
+    return 1;
+  }
 }

@@ -78,7 +78,7 @@ void check_accepted(dsh::SessionLog& log, std::string_view input) {
   }
   std::uint64_t seqs = 0;
   for (const nlohmann::json& row : log.events()) { // throws LogError if nlohmann refuses a row
-    const std::string& type = row.at("type").get_ref<const std::string&>();
+    const auto& type = row.at("type").get_ref<const std::string&>();
     seqs += type.find('/') == std::string::npos ? row.at("data").at("dt").size() + 1 : 1;
   }
   if (seqs != log.next_seq() || dsh::effective_mode(log.events()) != log.sandbox_mode_override()) {
