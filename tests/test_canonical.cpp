@@ -6,11 +6,18 @@
 
 #include <dsh/sandbox_policy.hpp>
 
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <system_error>
+#include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -179,6 +186,60 @@ TEST_CASE("canonical: a dangling symbolic link at the end is followed", "[canoni
   REQUIRE_NOTHROW(looped = canonical_path(tree.tmp / "d" / "loop1"));
   CHECK(looped.is_absolute());
   CHECK(looped.parent_path() == base / "d");
+}
+
+TEST_CASE("canonical: an existing path gets exactly realpath(3)'s answer", "[canonical]") {
+  // The fast path asks the kernel (open O_PATH, then /proc/self/fd); realpath(3) walks the
+  // path itself. They must agree on files, directories, links to both, and `..` after links.
+  const Tree tree;
+  fs::create_directories(tree.tmp / "gone (deleted)" / "inner");
+  fs::create_directory_symlink("../gone (deleted)", tree.tmp / "d" / "to-deleted-name");
+  fs::create_symlink("../a/b/c/file.txt", tree.tmp / "d" / "file-link");
+  const std::vector<fs::path> existing{
+      tree.tmp.path(),
+      tree.tmp / "a" / "b" / "c" / "file.txt",
+      tree.tmp / "d" / "file-link",
+      tree.tmp / "lexical" / "link",
+      tree.tmp / "lexical" / "rlink" / "..",
+      tree.tmp / "lexical" / "link" / ".." / ".." / "a" / "." / "b",
+      tree.tmp / "gone (deleted)",
+      tree.tmp / "d" / "to-deleted-name" / "inner",
+      "/proc/self/cwd",
+  };
+  for (const fs::path& path : existing) {
+    INFO(path);
+    std::array<char, PATH_MAX> expected{};
+    REQUIRE(::realpath(path.c_str(), expected.data()) != nullptr);
+    CHECK(canonical_path(path).native() == expected.data());
+  }
+  // A directory really named like the kernel's mark of a deleted one is not mistaken for it.
+  CHECK(canonical_path(tree.tmp / "d" / "to-deleted-name") == tree.base / "gone (deleted)");
+}
+
+TEST_CASE("canonical: without a free file descriptor the identity is still physical", "[canonical]") {
+  // The kernel's answer needs a descriptor; when none is left, realpath(3) answers instead.
+  // Measured in a child, whose descriptor table can be filled without harming the test runner.
+  const Tree tree;
+  const fs::path link_parent = tree.tmp / "lexical" / "link" / "..";
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const rlimit limit{64, 64};
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      ::_exit(2);
+    }
+    while (::dup(0) >= 0) {
+    }
+    const bool exhausted = errno == EMFILE;
+    const bool physical = canonical_path(link_parent) == tree.base / "physical";
+    const bool missing_ok =
+        canonical_path(tree.tmp / "lexical" / "link" / "new") == tree.base / "physical" / "child" / "new";
+    ::_exit(exhausted ? (physical && missing_ok ? 0 : 1) : 3);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("canonical: a path holding NUL is normalized lexically only", "[canonical]") {

@@ -138,6 +138,10 @@ TEST_CASE("hostile directory names render as exact JSON literals on one line", "
     const std::string text = owner.context(session);
     check_one_line_around(text, literal);
     CHECK(dsh::json_string_literal(policy.workspace_root.native()) == literal);
+    // The JSON form holds the same string: nlohmann's own escaping writes the same literal.
+    CHECK(nlohmann::json(policy).dump() == R"({"mode":"workspace-write","modeSource":"deployment",)"
+                                           R"("rootSource":"session","workspaceRoot":)" +
+                                               literal + "}");
 
     // An independent JSON reader takes the literal back as one string: the real name when it
     // is valid UTF-8.

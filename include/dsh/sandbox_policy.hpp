@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -565,30 +566,85 @@ namespace detail {
 
 /// Returns the process working directory; throws std::system_error when it cannot be read
 /// (for example after it was removed), because guessing a base would widen a relative root.
-[[nodiscard]] inline std::filesystem::path current_directory() {
+[[nodiscard]] inline std::string current_directory() {
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   if (::getcwd(buffer.data(), buffer.size()) == nullptr) {
     throw std::system_error(errno, std::generic_category(), "dsh: cannot read the process working directory");
   }
-  return std::filesystem::path(buffer.data());
+  return std::string(buffer.data());
 }
 
-/// Returns the physical identity of an existing path, as realpath(3) gives it, or nullopt.
-[[nodiscard]] inline std::optional<std::filesystem::path> physical_identity(const std::string& path) {
+/// Returns `path` made absolute against the process working directory (POSIX: absolute
+/// means starting with '/'). Throws what `current_directory` throws, for a relative path only.
+[[nodiscard]] inline std::string absolute_native(std::string_view path) {
+  if (path.starts_with('/')) {
+    return std::string(path);
+  }
+  std::string absolute = current_directory();
+  if (!absolute.ends_with('/')) {
+    absolute += '/';
+  }
+  absolute.append(path);
+  return absolute;
+}
+
+/// Returns the path the kernel records for the open file `fd`, read back through
+/// /proc/self/fd, or nullopt when that is unavailable or not a plain absolute path (a deleted
+/// file reads back with " (deleted)" appended, one outside the process root as "(unreachable)...").
+[[nodiscard]] inline std::optional<std::string> recorded_path(int fd) {
+  // "/proc/self/fd/" and the descriptor's decimal digits, written from the end of `link`.
+  constexpr std::string_view prefix = "/proc/self/fd/";
+  std::array<char, 32> link{};
+  std::size_t start = link.size() - 1;
+  for (auto value = static_cast<unsigned>(fd);; value /= 10U) {
+    link[--start] = static_cast<char>('0' + value % 10U);
+    if (value < 10U) {
+      break;
+    }
+  }
+  start -= prefix.size();
+  std::copy(prefix.begin(), prefix.end(), link.begin() + static_cast<std::ptrdiff_t>(start));
+  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  const ssize_t length = ::readlink(&link[start], buffer.data(), buffer.size());
+  if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size() || buffer[0] != '/') {
+    return std::nullopt;
+  }
+  const std::string_view recorded(buffer.data(), static_cast<std::size_t>(length));
+  if (recorded.ends_with(" (deleted)")) {
+    return std::nullopt;
+  }
+  return std::string(recorded);
+}
+
+/// Returns the physical identity of the absolute path `path` as realpath(3) gives it, or
+/// nullopt when it does not exist as a whole. Opens it once (O_PATH) and asks the kernel for
+/// the name it recorded: one path walk instead of realpath(3)'s walk per component. Falls
+/// back to realpath(3) whenever that cannot answer for a reason other than a missing component.
+[[nodiscard]] inline std::optional<std::string> physical_identity(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC); // NOLINT(cppcoreguidelines-pro-type-vararg)
+  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+    return std::nullopt;
+  }
+  if (fd >= 0) {
+    std::optional<std::string> recorded = recorded_path(fd);
+    ::close(fd);
+    if (recorded) {
+      return recorded;
+    }
+  }
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   if (::realpath(path.c_str(), buffer.data()) == nullptr) {
     return std::nullopt;
   }
-  return std::filesystem::path(buffer.data());
+  return std::string(buffer.data());
 }
-
 /// Normalizes lexically and drops a trailing separator (except for "/").
-[[nodiscard]] inline std::filesystem::path lexically_clean(const std::filesystem::path& path) {
+[[nodiscard]] inline std::string lexically_clean(const std::filesystem::path& path) {
   std::string text = path.lexically_normal().native();
   while (text.size() > 1 && text.back() == '/') {
     text.pop_back();
   }
-  return std::filesystem::path(std::move(text));
+  return text;
 }
 
 /// Returns the target of the symbolic link `path`, or nullopt when `path` is not one.
@@ -608,7 +664,7 @@ namespace detail {
 /// The slow path of `canonical_path` for an absolute path that does not exist as a whole:
 /// the identity of the longest existing prefix, then the rest lexically. A dangling symbolic
 /// link at the boundary is followed, as `open(O_CREAT)` would follow it.
-[[nodiscard]] inline std::filesystem::path canonical_partial(std::filesystem::path absolute) {
+[[nodiscard]] inline std::string canonical_partial(std::filesystem::path absolute) {
   constexpr int max_links = 40; // the kernel's own limit (ELOOP)
   for (int links = 0;; ++links) {
     std::vector<std::filesystem::path> parts(absolute.begin(), absolute.end());
@@ -643,25 +699,33 @@ namespace detail {
   }
 }
 
+/// The one canonicalizer (see `canonical_path`), on native strings.
+[[nodiscard]] inline std::string canonical_native(const std::string& path) {
+  if (!path.starts_with('/')) {
+    return canonical_native(absolute_native(path));
+  }
+  if (path.find('\0') != std::string::npos) {
+    return lexically_clean(path);
+  }
+  if (auto identity = physical_identity(path)) {
+    return std::move(*identity);
+  }
+  return canonical_partial(path);
+}
+
 } // namespace detail
 
 /// Canonicalizes a path as SPEC §5.2 says: absolute against the process working directory;
 /// the physical identity (symbolic links followed, then each `..` taken physically) of the
 /// longest prefix that exists; the rest normalized lexically; no trailing separator except
 /// for "/". A dangling symbolic link at the end of the existing prefix is followed.
-/// When the whole path exists this costs one realpath(3). Never fails for a path that cannot
+/// When the whole path exists this costs an open(O_PATH), a readlink of /proc/self/fd/N and a
+/// close (realpath(3) where /proc cannot answer), whatever its depth. Never fails for a path that cannot
 /// be examined (it uses as much identity as it can obtain); a path holding a NUL character is
 /// normalized lexically only. Throws std::system_error only when `path` is relative and the
 /// process working directory cannot be read.
 [[nodiscard]] inline std::filesystem::path canonical_path(const std::filesystem::path& path) {
-  const std::filesystem::path absolute = path.is_absolute() ? path : detail::current_directory() / path;
-  if (absolute.native().find('\0') != std::string::npos) {
-    return detail::lexically_clean(absolute);
-  }
-  if (auto identity = detail::physical_identity(absolute.native())) {
-    return std::move(*identity);
-  }
-  return detail::canonical_partial(absolute);
+  return detail::canonical_native(path.native());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,23 +940,59 @@ inline void append_family_list(std::string& out, FamilySet families, std::string
   }
 }
 
+/// Appends the UTF-8 sequence `bytes` starts with, or U+FFFD in place of its maximal
+/// ill-formed subpart; returns the number of bytes of `bytes` consumed (>= 1, `bytes` non-empty).
+inline std::size_t append_utf8_or_replacement(std::string& out, std::string_view bytes) {
+  std::size_t consumed = 1;
+  const std::size_t valid = utf8_sequence(bytes, &consumed);
+  out.append(valid > 0 ? bytes.substr(0, valid) : std::string_view("\xEF\xBF\xBD"));
+  return consumed;
+}
+
+/// Returns `text` with each maximal ill-formed UTF-8 subpart replaced by U+FFFD.
+[[nodiscard]] inline std::string repaired_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (static_cast<unsigned char>(text[i]) < 0x80) {
+      out += text[i];
+      ++i;
+    } else {
+      i += append_utf8_or_replacement(out, text.substr(i));
+    }
+  }
+  return out;
+}
+
 /// Appends `text` as a JSON string literal: in double quotes; `"`, `\` and control
 /// characters escaped as JSON does; valid UTF-8 as it is; each maximal ill-formed subpart
 /// replaced by U+FFFD. The result can never end the literal early or start a new line.
 inline void append_json_string(std::string& out, std::string_view text) {
   constexpr std::string_view hex = "0123456789abcdef";
   out += '"';
+  const auto plain = [](char c) {
+    const auto byte = static_cast<unsigned char>(c);
+    return byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\';
+  };
   std::size_t i = 0;
   while (i < text.size()) {
+    // Printable ASCII needs no escape: copy it a run at a time, not a character at a time.
+    std::size_t run_end = i;
+    while (run_end < text.size() && plain(text[run_end])) {
+      ++run_end;
+    }
+    out.append(text.substr(i, run_end - i));
+    i = run_end;
+    if (i == text.size()) {
+      break;
+    }
     const auto c = static_cast<unsigned char>(text[i]);
     std::size_t consumed = 1;
     if (c >= 0x80) {
-      const std::size_t valid = utf8_sequence(text.substr(i), &consumed);
-      out.append(valid > 0 ? text.substr(i, valid) : std::string_view("\xEF\xBF\xBD"));
+      consumed = append_utf8_or_replacement(out, text.substr(i));
     } else if (c == '"' || c == '\\') {
       out += '\\';
-      out += static_cast<char>(c);
-    } else if (c >= 0x20) {
       out += static_cast<char>(c);
     } else if (c == '\n') {
       out += "\\n";
@@ -928,7 +1028,7 @@ inline void append_json_string(std::string& out, std::string_view text) {
 /// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
 inline void to_json(nlohmann::json& json, const ResolvedPolicy& policy) {
   json = nlohmann::json{{"mode", policy.mode},
-                        {"workspaceRoot", nlohmann::json::parse(json_string_literal(policy.workspace_root.native()))},
+                        {"workspaceRoot", detail::repaired_utf8(policy.workspace_root.native())},
                         {"modeSource", policy.mode_source},
                         {"rootSource", policy.root_source}};
 }
@@ -1191,7 +1291,7 @@ public:
     }
     const SessionHeader& header = session.header();
     if (header.cwd && !header.cwd->empty()) {
-      policy.workspace_root = canonical_path(*header.cwd);
+      policy.workspace_root = detail::canonical_native(*header.cwd);
       policy.root_source = RootSource::session;
     } else {
       policy.workspace_root = workspace_root_;
