@@ -314,7 +314,7 @@ struct AppendCountingSession {
   int appends = 0;
   [[nodiscard]] const dsh::SessionHeader& header() const { return head; }
   [[nodiscard]] const std::vector<nlohmann::json>& events() const { return log; }
-  void append(std::string_view /*type*/, nlohmann::json /*data*/) { ++appends; }
+  void append(std::string_view /*type*/, const nlohmann::json& /*data*/) { ++appends; }
 };
 } // namespace
 

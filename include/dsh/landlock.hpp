@@ -703,8 +703,8 @@ private:
     std::size_t start = 0;
     while (start <= search.size()) {
       const std::size_t end = std::min(search.find(':', start), search.size());
-      const std::string dir = end == start ? "." : search.substr(start, end - start);
-      const std::string candidate = dir + "/" + name;
+      std::string candidate = end == start ? std::string(".") : search.substr(start, end - start);
+      candidate.append("/").append(name);
       struct stat info {};
       if (::stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
         return candidate;
