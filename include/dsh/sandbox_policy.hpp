@@ -588,6 +588,7 @@ namespace detail {
   return absolute;
 }
 
+#ifdef O_PATH
 /// Returns the path the kernel records for the open file `fd`, read back through
 /// /proc/self/fd, or nullopt when that is unavailable or not a plain absolute path (a deleted
 /// file reads back with " (deleted)" appended, one outside the process root as "(unreachable)...").
@@ -615,12 +616,15 @@ namespace detail {
   }
   return std::string(recorded);
 }
+#endif
 
 /// Returns the physical identity of the absolute path `path` as realpath(3) gives it, or
 /// nullopt when it does not exist as a whole. Opens it once (O_PATH) and asks the kernel for
 /// the name it recorded: one path walk instead of realpath(3)'s walk per component. Falls
 /// back to realpath(3) whenever that cannot answer for a reason other than a missing component.
 [[nodiscard]] inline std::optional<std::string> physical_identity(const std::string& path) {
+  // O_PATH is Linux's; elsewhere realpath(3) answers alone.
+#ifdef O_PATH
   const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC); // NOLINT(cppcoreguidelines-pro-type-vararg)
   if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
     return std::nullopt;
@@ -632,12 +636,14 @@ namespace detail {
       return recorded;
     }
   }
+#endif
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   if (::realpath(path.c_str(), buffer.data()) == nullptr) {
     return std::nullopt;
   }
   return std::string(buffer.data());
 }
+
 /// Normalizes lexically and drops a trailing separator (except for "/").
 [[nodiscard]] inline std::string lexically_clean(const std::filesystem::path& path) {
   std::string text = path.lexically_normal().native();
