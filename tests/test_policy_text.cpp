@@ -343,6 +343,9 @@ TEST_CASE("PolicyOwner::context: 3 modes x 7 enforced x 8 escalatable on a real 
           int labels = 0;
           expected = replace_all(expected, "DSH", label, &labels);
           CHECK(owner.context(session) == expected);
+          // context renders what resolve decides, without building a ResolvedPolicy.
+          CHECK(dsh::render_policy_context(owner.resolve(session), owner.enforcedFamilies(),
+                                           owner.escalatableFamilies(), label) == expected);
           ++cases;
         }
       }

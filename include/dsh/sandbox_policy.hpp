@@ -1039,43 +1039,54 @@ inline void to_json(nlohmann::json& json, const ResolvedPolicy& policy) {
                         {"rootSource", policy.root_source}};
 }
 
+namespace detail {
+
+/// The one builder of the `sandbox:policy` text (see `render_policy_context`), from the only
+/// parts of a policy the text depends on: the mode and the root's native bytes.
+[[nodiscard]] inline std::string render_policy_text(SandboxMode mode, std::string_view root, FamilySet enforced,
+                                                    FamilySet escalatable, std::string_view host_label) {
+  if (enforced.empty()) {
+    return {};
+  }
+  escalatable = escalatable & enforced;
+  std::string text;
+  text.reserve(400 + 2 * host_label.size() + root.size());
+  text.append("Current ").append(host_label).append(" file policy: ").append(to_string(mode)).append(". ");
+  switch (mode) {
+  case SandboxMode::read_only:
+    append_family_list(text, enforced, "and", true);
+    text += " cannot modify files in the standing mode.";
+    if (!escalatable.empty()) {
+      text += " For ";
+      append_family_list(text, escalatable, "and", false);
+      text += ", do not refuse a required modification from this standing mode alone: attempt it normally and "
+              "follow the tool's denial and escalation guidance.";
+    }
+    break;
+  case SandboxMode::workspace_write:
+    append_family_list(text, enforced, "and", true);
+    text += " may modify files under the session workspace: ";
+    append_json_string(text, root);
+    text += ". Some platform temporary areas may also be writable.";
+    break;
+  case SandboxMode::danger_full_access:
+    text.append("The ").append(host_label).append(" file sandbox does not restrict ");
+    append_family_list(text, enforced, "or", false);
+    text += ".";
+    break;
+  }
+  return text;
+}
+
+} // namespace detail
+
 /// Renders the `sandbox:policy` text of SPEC §6, byte for byte. Returns "" when `enforced`
 /// is empty; otherwise one line without a trailing newline. Only families both enforced and
 /// in `escalatable` are named as escalatable, and only in read-only. The text depends only
 /// on the mode, the families, `host_label` and the root.
 [[nodiscard]] inline std::string render_policy_context(const ResolvedPolicy& policy, FamilySet enforced,
                                                        FamilySet escalatable, std::string_view host_label = "DSH") {
-  if (enforced.empty()) {
-    return {};
-  }
-  escalatable = escalatable & enforced;
-  std::string text;
-  text.reserve(400 + 2 * host_label.size() + policy.workspace_root.native().size());
-  text.append("Current ").append(host_label).append(" file policy: ").append(to_string(policy.mode)).append(". ");
-  switch (policy.mode) {
-  case SandboxMode::read_only:
-    detail::append_family_list(text, enforced, "and", true);
-    text += " cannot modify files in the standing mode.";
-    if (!escalatable.empty()) {
-      text += " For ";
-      detail::append_family_list(text, escalatable, "and", false);
-      text += ", do not refuse a required modification from this standing mode alone: attempt it normally and "
-              "follow the tool's denial and escalation guidance.";
-    }
-    break;
-  case SandboxMode::workspace_write:
-    detail::append_family_list(text, enforced, "and", true);
-    text += " may modify files under the session workspace: ";
-    detail::append_json_string(text, policy.workspace_root.native());
-    text += ". Some platform temporary areas may also be writable.";
-    break;
-  case SandboxMode::danger_full_access:
-    text.append("The ").append(host_label).append(" file sandbox does not restrict ");
-    detail::append_family_list(text, enforced, "or", false);
-    text += ".";
-    break;
-  }
-  return text;
+  return detail::render_policy_text(policy.mode, policy.workspace_root.native(), enforced, escalatable, host_label);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1287,22 +1298,11 @@ public:
   /// Throws InvariantViolation when the fold meets a forged event.
   template <SessionLike S>
   [[nodiscard]] ResolvedPolicy resolve(const S& session, std::optional<SandboxMode> approved = {}) const {
-    ResolvedPolicy policy{default_mode_, {}, ModeSource::deployment, RootSource::deployment};
-    if (approved) {
-      policy.mode = *approved;
-      policy.mode_source = ModeSource::approved;
-    } else if (const std::optional<SandboxMode> switched = session_mode(session)) {
-      policy.mode = *switched;
-      policy.mode_source = ModeSource::session;
+    const auto [mode, mode_source] = decide_mode(session, approved);
+    if (std::optional<std::string> root = session_root(session.header())) {
+      return ResolvedPolicy{mode, std::move(*root), mode_source, RootSource::session};
     }
-    const SessionHeader& header = session.header();
-    if (header.cwd && !header.cwd->empty()) {
-      policy.workspace_root = detail::canonical_native(*header.cwd);
-      policy.root_source = RootSource::session;
-    } else {
-      policy.workspace_root = workspace_root_;
-    }
-    return policy;
+    return ResolvedPolicy{mode, workspace_root_, mode_source, RootSource::deployment};
   }
 
   /// Registers one contribution enforcing `family`; the family stays enforced until the last
@@ -1325,7 +1325,11 @@ public:
     if (enforced.empty()) {
       return {};
     }
-    return render_policy_context(resolve(session), enforced, escalatable, host_label_);
+    // What resolve decides, without building the std::filesystem::path the text never needs.
+    const SandboxMode mode = decide_mode(session, std::nullopt).first;
+    const std::optional<std::string> root = session_root(session.header());
+    return detail::render_policy_text(mode, root ? std::string_view(*root) : std::string_view(workspace_root_.native()),
+                                      enforced, escalatable, host_label_);
   }
 
   /// Calls `listener` after every registration and disposal of a family contribution, on the
@@ -1346,6 +1350,26 @@ private:
     }
     detail::require_valid_root(*root);
     return canonical_path(*root);
+  }
+
+  /// The mode of a call and which input decided it (SPEC §5.1).
+  template <SessionLike S> [[nodiscard]] std::pair<SandboxMode, ModeSource>
+  decide_mode(const S& session, std::optional<SandboxMode> approved) const {
+    if (approved) {
+      return {*approved, ModeSource::approved};
+    }
+    if (const std::optional<SandboxMode> switched = session_mode(session)) {
+      return {*switched, ModeSource::session};
+    }
+    return {default_mode_, ModeSource::deployment};
+  }
+
+  /// The canonical session cwd, or nullopt when the session has none (the fallback root applies).
+  [[nodiscard]] static std::optional<std::string> session_root(const SessionHeader& header) {
+    if (header.cwd && !header.cwd->empty()) {
+      return detail::canonical_native(*header.cwd);
+    }
+    return std::nullopt;
   }
 
   template <SessionLike S> [[nodiscard]] static std::optional<SandboxMode> session_mode(const S& session) {
