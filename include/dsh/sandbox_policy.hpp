@@ -12,12 +12,12 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <chrono>
 #include <climits>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -190,6 +190,13 @@ template <TabledEnum E> [[nodiscard]] E enum_from_json(const nlohmann::json& val
   throw ConfigError(expectation_message(context, enum_vocabulary<E>(), value));
 }
 
+/// Exactly `nlohmann::json`. The `to_json`/`from_json` overloads are templates constrained to
+/// it rather than plain functions so that a translation unit that never converts does not
+/// instantiate the nlohmann machinery they use; the constraint keeps them to the one type the
+/// plain functions took.
+template <class J>
+concept ExactlyJson = std::same_as<J, nlohmann::json>;
+
 } // namespace detail
 
 /// Every sandbox mode, from narrowest to widest.
@@ -216,27 +223,27 @@ inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
 }
 
 /// Stores the mode's string in `json`.
-inline void to_json(nlohmann::json& json, SandboxMode mode) { json = to_string(mode); }
+template <detail::ExactlyJson J> void to_json(J& json, SandboxMode mode) { json = to_string(mode); }
 /// Reads a mode from its string; throws ConfigError naming the vocabulary and the value otherwise.
-inline void from_json(const nlohmann::json& json, SandboxMode& mode) {
+template <detail::ExactlyJson J> void from_json(const J& json, SandboxMode& mode) {
   mode = detail::enum_from_json<SandboxMode>(json, "sandbox mode");
 }
 /// Stores the family's string in `json`.
-inline void to_json(nlohmann::json& json, Family family) { json = to_string(family); }
+template <detail::ExactlyJson J> void to_json(J& json, Family family) { json = to_string(family); }
 /// Reads a family from its string; throws ConfigError naming the vocabulary and the value otherwise.
-inline void from_json(const nlohmann::json& json, Family& family) {
+template <detail::ExactlyJson J> void from_json(const J& json, Family& family) {
   family = detail::enum_from_json<Family>(json, "family");
 }
 /// Stores the mode source's string in `json`.
-inline void to_json(nlohmann::json& json, ModeSource source) { json = to_string(source); }
+template <detail::ExactlyJson J> void to_json(J& json, ModeSource source) { json = to_string(source); }
 /// Reads a mode source from its string; throws ConfigError otherwise.
-inline void from_json(const nlohmann::json& json, ModeSource& source) {
+template <detail::ExactlyJson J> void from_json(const J& json, ModeSource& source) {
   source = detail::enum_from_json<ModeSource>(json, "mode source");
 }
 /// Stores the root source's string in `json`.
-inline void to_json(nlohmann::json& json, RootSource source) { json = to_string(source); }
+template <detail::ExactlyJson J> void to_json(J& json, RootSource source) { json = to_string(source); }
 /// Reads a root source from its string; throws ConfigError otherwise.
-inline void from_json(const nlohmann::json& json, RootSource& source) {
+template <detail::ExactlyJson J> void from_json(const J& json, RootSource& source) {
   source = detail::enum_from_json<RootSource>(json, "root source");
 }
 
@@ -322,8 +329,8 @@ private:
 };
 
 /// Stores the set as a JSON array of family strings in canonical order.
-inline void to_json(nlohmann::json& json, FamilySet families) {
-  json = nlohmann::json::array();
+template <detail::ExactlyJson J> void to_json(J& json, FamilySet families) {
+  json = J::array();
   for (Family family : families) {
     json.push_back(to_string(family));
   }
@@ -396,8 +403,11 @@ namespace detail {
 
 /// Returns the current wall-clock time in epoch milliseconds, the `time` of new events.
 [[nodiscard]] inline std::int64_t now_epoch_ms() noexcept {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  // <ctime> rather than <chrono>: C++20's <chrono> (calendars, time zones) is a sizeable parse
+  // for every includer, for this one call.
+  std::timespec now{};
+  std::timespec_get(&now, TIME_UTC);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
 }
 
 } // namespace detail
@@ -446,7 +456,9 @@ inline void check_envelope(const nlohmann::json& envelope) {
   if (!envelope.is_object()) {
     throw ConfigError(expectation_message("event envelope", "a JSON object", envelope));
   }
-  for (const auto& [key, value] : envelope.items()) {
+  // The object's own map rather than items(): items() costs every includer an instantiation of
+  // nlohmann's iteration proxy.
+  for (const auto& [key, value] : envelope.get_ref<const nlohmann::json::object_t&>()) {
     if (key == "type" || key == "seq" || key == "time" || key == "data") {
       throw ConfigError(expectation_message("event envelope", "no member named type, seq, time or data", key));
     }
@@ -458,8 +470,13 @@ inline void check_envelope(const nlohmann::json& envelope) {
 [[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
                                                const nlohmann::json& envelope) {
   check_envelope(envelope);
-  nlohmann::json event{{"type", type}, {"seq", seq}, {"time", now_epoch_ms()}, {"data", std::move(data)}};
-  event.update(envelope);
+  // Member by member rather than an initializer list and update(): the same object (the keys
+  // are distinct), for fewer nlohmann instantiations in every includer.
+  nlohmann::json event = envelope;
+  event["type"] = type;
+  event["seq"] = seq;
+  event["time"] = now_epoch_ms();
+  event["data"] = std::move(data);
   return event;
 }
 
@@ -774,7 +791,7 @@ struct PolicyConfig {
       throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
     }
     PolicyConfig config;
-    for (const auto& [key, value] : json.items()) {
+    for (const auto& [key, value] : json.get_ref<const nlohmann::json::object_t&>()) { // see check_envelope
       if (key == "mode") {
         config.mode = detail::enum_from_json<SandboxMode>(value, "PolicyConfig key \"mode\"");
       } else if (key == "workspaceRoot") {
