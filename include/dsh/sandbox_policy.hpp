@@ -13,6 +13,7 @@
 #include <array>
 #include <bit>
 #include <climits>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -153,10 +154,11 @@ template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
   return values;
 }
 
-/// Returns `value` as compact JSON; invalid UTF-8 in strings becomes U+FFFD instead of throwing.
-[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+/// Returns `value` as compact JSON, byte for byte as `value.dump()` writes it, except that
+/// invalid UTF-8 in strings becomes U+FFFD instead of throwing (as with
+/// `nlohmann::json::error_handler_t::replace`). Defined with the model text, whose string
+/// escaping it shares.
+[[nodiscard]] inline std::string compact_json(const nlohmann::json& value);
 
 /// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
 [[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
@@ -929,6 +931,80 @@ inline void append_json_string(std::string& out, std::string_view text) {
     i += consumed;
   }
   out += '"';
+}
+
+/// Appends `value` as `compact_json` returns it.
+// Written out rather than calling dump(): every translation unit that can throw
+// InvariantViolation or ConfigError reaches this, and nlohmann's serializer costs such a unit
+// over a tenth of its compile time at -O2. Floating-point numbers still go through the routine
+// dump() itself uses, so that they keep its exact digits.
+inline void append_compact_json(std::string& out, const nlohmann::json& value) {
+  using Type = nlohmann::json::value_t;
+  const char* separator = "";
+  switch (value.type()) {
+  case Type::null:
+    out += "null";
+    break;
+  case Type::boolean:
+    out += value.get_ref<const nlohmann::json::boolean_t&>() ? "true" : "false";
+    break;
+  case Type::number_integer:
+    out += std::to_string(value.get_ref<const nlohmann::json::number_integer_t&>());
+    break;
+  case Type::number_unsigned:
+    out += std::to_string(value.get_ref<const nlohmann::json::number_unsigned_t&>());
+    break;
+  case Type::number_float: {
+    const double number = value.get_ref<const nlohmann::json::number_float_t&>();
+    if (!std::isfinite(number)) {
+      out += "null";
+      break;
+    }
+    std::array<char, 64> digits; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+    out.append(digits.data(), nlohmann::detail::to_chars(digits.data(), digits.data() + digits.size(), number));
+    break;
+  }
+  case Type::string:
+    append_json_string(out, value.get_ref<const std::string&>());
+    break;
+  case Type::array:
+    out += '[';
+    for (const nlohmann::json& element : value.get_ref<const nlohmann::json::array_t&>()) {
+      out += std::exchange(separator, ",");
+      append_compact_json(out, element);
+    }
+    out += ']';
+    break;
+  case Type::object:
+    out += '{';
+    for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
+      out += std::exchange(separator, ",");
+      append_json_string(out, key);
+      out += ':';
+      append_compact_json(out, member);
+    }
+    out += '}';
+    break;
+  case Type::binary:
+    out += R"({"bytes":[)";
+    for (const std::uint8_t byte : value.get_binary()) {
+      out += std::exchange(separator, ",");
+      out += std::to_string(byte);
+    }
+    out += R"(],"subtype":)";
+    out += value.get_binary().has_subtype() ? std::to_string(value.get_binary().subtype()) : "null";
+    out += '}';
+    break;
+  case Type::discarded:
+    out += "<discarded>";
+    break;
+  }
+}
+
+[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
+  std::string out;
+  append_compact_json(out, value);
+  return out;
 }
 
 } // namespace detail
