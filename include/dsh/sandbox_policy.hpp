@@ -353,14 +353,34 @@ struct SessionHeader {
   bool operator==(const SessionHeader&) const = default;
 };
 
+// The parts of the session concepts below, named so that clang-format 14 lays those out
+// legibly: it reads `&& std::convertible_to<..., const T&>` as comparisons, and indents a
+// requires-expression that follows `&&` on its own line less than that line.
+namespace detail {
+
+/// A constant reference to one JSON event.
+using JsonEventRef = const nlohmann::json&;
+
+/// A range of events whose elements bind to `const nlohmann::json&`.
+template <class R>
+concept JsonEventRange =
+    std::ranges::input_range<R> && std::convertible_to<std::ranges::range_reference_t<R>, JsonEventRef>;
+
+/// A session with `append(type, data, envelope)`.
+template <class S>
+concept EnvelopeAppendable = requires(S& session, std::string_view type, nlohmann::json data,
+                                      const nlohmann::json& envelope) {
+  session.append(type, std::move(data), envelope);
+};
+
+} // namespace detail
+
 /// A session the library can read: `header()` and a range of JSON events.
 template <class S>
 concept SessionLike = requires(const S& session) {
   { session.header() } -> std::convertible_to<const SessionHeader&>;
-  { session.events() } -> std::ranges::input_range;
-}
-&&std::convertible_to<std::ranges::range_reference_t<decltype(std::declval<const S&>().events())>,
-                      const nlohmann::json&>;
+  { session.events() } -> detail::JsonEventRange;
+};
 
 /// A session the library can also append to.
 template <class S>
@@ -371,10 +391,7 @@ concept AppendableSession = SessionLike<S> && requires(S& session, std::string_v
 /// An appendable session that can also write extra envelope members beside type, seq, time
 /// and data (`s.append(type, data, envelope)`), as the runtime-context snapshot's `surfaceOp` needs.
 template <class S>
-concept EnvelopeAppendableSession = AppendableSession<S> &&
-    requires(S& session, std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
-  session.append(type, std::move(data), envelope);
-};
+concept EnvelopeAppendableSession = AppendableSession<S> && detail::EnvelopeAppendable<S>;
 
 /// A session that keeps the fold's result current as it appends, so `resolve` need not scan.
 template <class S>
@@ -517,9 +534,7 @@ template <std::ranges::input_range R, class Projection>
 /// Folds a range of JSON events: returns the mode of the last `sandbox/mode` event, or nullopt
 /// when there is none. Throws InvariantViolation when a `sandbox/mode` event it examines is
 /// forged (the backward scan of a bidirectional range examines only the last one).
-template <std::ranges::input_range R>
-  requires std::convertible_to < std::ranges::range_reference_t<R>,
-const nlohmann::json& > [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events) {
+template <detail::JsonEventRange R> [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events) {
   return effective_mode(std::forward<R>(events),
                         [](const nlohmann::json& event) { return detail::switched_mode(event); });
 }
