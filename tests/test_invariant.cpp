@@ -6,9 +6,14 @@
 
 #include <dsh/sandbox_policy.hpp>
 
+#include <array>
+#include <bit>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -93,6 +98,68 @@ TEST_CASE("validate_event: the exact failure texts", "[invariant]") {
   // The value is shown as compact JSON: quotes and newlines escaped, invalid UTF-8 replaced.
   CHECK(dsh::validate_event(mode_event("a\"b\nc")) == "sandbox/mode carries unknown mode \"a\\\"b\\nc\"");
   CHECK(dsh::validate_event(mode_event("\xFF")) == "sandbox/mode carries unknown mode \"\xEF\xBF\xBD\"");
+}
+
+TEST_CASE("the failure text shows the value byte for byte as dump() does", "[invariant]") {
+  // The library writes the compact JSON itself rather than calling dump() (whose serializer is
+  // costly to compile), so it must agree with dump() on every kind of value; invalid UTF-8 is
+  // replaced as error_handler_t::replace replaces it.
+  const auto dumped = [](const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); };
+  std::vector<std::string> disagreements;
+  const auto compare = [&](const json& value) {
+    if (dsh::detail::compact_json(value) != dumped(value)) {
+      disagreements.push_back(dumped(value));
+    }
+  };
+  compare(nullptr);
+  compare(false);
+  compare(true);
+  compare(-7);
+  compare(std::numeric_limits<std::int64_t>::min());
+  compare(std::numeric_limits<std::uint64_t>::max());
+  using limits = std::numeric_limits<double>;
+  for (double number : {0.0, 1.0, 1.5, 0.1, 1e-5, 1e-4, 123456789012345.0, 1e15, 1e16, 1e21, 1e100,
+                        limits::denorm_min(), limits::max(), limits::quiet_NaN(), limits::infinity()}) {
+    compare(number);
+    compare(-number);
+  }
+  compare(json::array());
+  compare(json::object());
+  compare(json{{"\xFF\"k", 1}});
+  compare(json::parse(R"({"b":[1,{"a":null},[]],"a":"\u00e9","":{}})"));
+  compare(json::binary({}));
+  compare(json::binary({0, 1, 255}));
+  compare(json::binary({7}, 42));
+  compare(json(json::value_t::discarded));
+  // Random bit patterns reach every class of double: normal, subnormal, NaN, infinite.
+  std::mt19937_64 random(20240601);
+  for (int i = 0; i < 20000; ++i) {
+    compare(json(std::bit_cast<double>(random())));
+  }
+  // Every string of one or two bytes; longer ones over the bytes where escaping or UTF-8
+  // validity changes.
+  for (int first = 0; first < 256; ++first) {
+    compare(json(std::string(1, static_cast<char>(first))));
+    for (int second = 0; second < 256; ++second) {
+      compare(json(std::string{static_cast<char>(first), static_cast<char>(second)}));
+    }
+  }
+  constexpr std::array<unsigned char, 20> turning{0x00, 0x0A, 0x1F, 0x22, 0x41, 0x5C, 0x7F, 0x80, 0x8F, 0x90,
+                                                  0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xE0, 0xED, 0xF0, 0xF4, 0xFF};
+  for (unsigned char a : turning) {
+    for (unsigned char b : turning) {
+      for (unsigned char c : turning) {
+        std::string text{static_cast<char>(a), static_cast<char>(b), static_cast<char>(c)};
+        compare(json(text));
+        for (unsigned char d : turning) {
+          compare(json(text + static_cast<char>(d)));
+        }
+      }
+    }
+  }
+  CHECK(disagreements == std::vector<std::string>{});
+  CHECK(dsh::validate_event(mode_event(json::binary({1, 2}, 3))) ==
+        R"(sandbox/mode carries unknown mode {"bytes":[1,2],"subtype":3})");
 }
 
 TEST_CASE("validate_event: a missing data or data.mode carries no mode", "[invariant]") {

@@ -217,14 +217,6 @@ namespace detail {
   return *seq0 + static_cast<std::int64_t>(dt->size()) + 1;
 }
 
-/// A constant reference to one JSON event.
-using JsonEventRef = const nlohmann::json&;
-
-/// A range of events whose elements bind to `const nlohmann::json&`.
-template <class R>
-concept JsonEventRange =
-    std::ranges::input_range<R> && std::convertible_to<std::ranges::range_reference_t<R>, JsonEventRef>;
-
 /// What one scan of a log finds.
 struct SnapshotScan {
   std::optional<SnapshotRecord> latest; ///< The latest snapshot message, if any.

@@ -12,12 +12,13 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <chrono>
 #include <climits>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -154,10 +155,11 @@ template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
   return values;
 }
 
-/// Returns `value` as compact JSON; invalid UTF-8 in strings becomes U+FFFD instead of throwing.
-[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
+/// Returns `value` as compact JSON, byte for byte as `value.dump()` writes it, except that
+/// invalid UTF-8 in strings becomes U+FFFD instead of throwing (as with
+/// `nlohmann::json::error_handler_t::replace`). Defined with the model text, whose string
+/// escaping it shares.
+[[nodiscard]] inline std::string compact_json(const nlohmann::json& value);
 
 /// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
 [[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
@@ -191,6 +193,13 @@ template <TabledEnum E> [[nodiscard]] E enum_from_json(const nlohmann::json& val
   throw ConfigError(expectation_message(context, enum_vocabulary<E>(), value));
 }
 
+/// Exactly `nlohmann::json`. The `to_json`/`from_json` overloads are templates constrained to
+/// it rather than plain functions so that a translation unit that never converts does not
+/// instantiate the nlohmann machinery they use; the constraint keeps them to the one type the
+/// plain functions took.
+template <class J>
+concept ExactlyJson = std::same_as<J, nlohmann::json>;
+
 } // namespace detail
 
 /// Every sandbox mode, from narrowest to widest.
@@ -217,27 +226,27 @@ inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
 }
 
 /// Stores the mode's string in `json`.
-inline void to_json(nlohmann::json& json, SandboxMode mode) { json = to_string(mode); }
+template <detail::ExactlyJson J> void to_json(J& json, SandboxMode mode) { json = to_string(mode); }
 /// Reads a mode from its string; throws ConfigError naming the vocabulary and the value otherwise.
-inline void from_json(const nlohmann::json& json, SandboxMode& mode) {
+template <detail::ExactlyJson J> void from_json(const J& json, SandboxMode& mode) {
   mode = detail::enum_from_json<SandboxMode>(json, "sandbox mode");
 }
 /// Stores the family's string in `json`.
-inline void to_json(nlohmann::json& json, Family family) { json = to_string(family); }
+template <detail::ExactlyJson J> void to_json(J& json, Family family) { json = to_string(family); }
 /// Reads a family from its string; throws ConfigError naming the vocabulary and the value otherwise.
-inline void from_json(const nlohmann::json& json, Family& family) {
+template <detail::ExactlyJson J> void from_json(const J& json, Family& family) {
   family = detail::enum_from_json<Family>(json, "family");
 }
 /// Stores the mode source's string in `json`.
-inline void to_json(nlohmann::json& json, ModeSource source) { json = to_string(source); }
+template <detail::ExactlyJson J> void to_json(J& json, ModeSource source) { json = to_string(source); }
 /// Reads a mode source from its string; throws ConfigError otherwise.
-inline void from_json(const nlohmann::json& json, ModeSource& source) {
+template <detail::ExactlyJson J> void from_json(const J& json, ModeSource& source) {
   source = detail::enum_from_json<ModeSource>(json, "mode source");
 }
 /// Stores the root source's string in `json`.
-inline void to_json(nlohmann::json& json, RootSource source) { json = to_string(source); }
+template <detail::ExactlyJson J> void to_json(J& json, RootSource source) { json = to_string(source); }
 /// Reads a root source from its string; throws ConfigError otherwise.
-inline void from_json(const nlohmann::json& json, RootSource& source) {
+template <detail::ExactlyJson J> void from_json(const J& json, RootSource& source) {
   source = detail::enum_from_json<RootSource>(json, "root source");
 }
 
@@ -323,8 +332,8 @@ private:
 };
 
 /// Stores the set as a JSON array of family strings in canonical order.
-inline void to_json(nlohmann::json& json, FamilySet families) {
-  json = nlohmann::json::array();
+template <detail::ExactlyJson J> void to_json(J& json, FamilySet families) {
+  json = J::array();
   for (Family family : families) {
     json.push_back(to_string(family));
   }
@@ -345,14 +354,34 @@ struct SessionHeader {
   bool operator==(const SessionHeader&) const = default;
 };
 
+// The parts of the session concepts below, named so that clang-format 14 lays those out
+// legibly: it reads `&& std::convertible_to<..., const T&>` as comparisons, and indents a
+// requires-expression that follows `&&` on its own line less than that line.
+namespace detail {
+
+/// A constant reference to one JSON event.
+using JsonEventRef = const nlohmann::json&;
+
+/// A range of events whose elements bind to `const nlohmann::json&`.
+template <class R>
+concept JsonEventRange =
+    std::ranges::input_range<R> && std::convertible_to<std::ranges::range_reference_t<R>, JsonEventRef>;
+
+/// A session with `append(type, data, envelope)`.
+template <class S>
+concept EnvelopeAppendable = requires(S& session, std::string_view type, nlohmann::json data,
+                                      const nlohmann::json& envelope) {
+  session.append(type, std::move(data), envelope);
+};
+
+} // namespace detail
+
 /// A session the library can read: `header()` and a range of JSON events.
 template <class S>
 concept SessionLike = requires(const S& session) {
   { session.header() } -> std::convertible_to<const SessionHeader&>;
-  { session.events() } -> std::ranges::input_range;
-}
-&&std::convertible_to<std::ranges::range_reference_t<decltype(std::declval<const S&>().events())>,
-                      const nlohmann::json&>;
+  { session.events() } -> detail::JsonEventRange;
+};
 
 /// A session the library can also append to.
 template <class S>
@@ -363,10 +392,7 @@ concept AppendableSession = SessionLike<S> && requires(S& session, std::string_v
 /// An appendable session that can also write extra envelope members beside type, seq, time
 /// and data (`s.append(type, data, envelope)`), as the runtime-context snapshot's `surfaceOp` needs.
 template <class S>
-concept EnvelopeAppendableSession = AppendableSession<S> &&
-    requires(S& session, std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
-  session.append(type, std::move(data), envelope);
-};
+concept EnvelopeAppendableSession = AppendableSession<S> && detail::EnvelopeAppendable<S>;
 
 /// A session that keeps the fold's result current as it appends, so `resolve` need not scan.
 template <class S>
@@ -397,8 +423,11 @@ namespace detail {
 
 /// Returns the current wall-clock time in epoch milliseconds, the `time` of new events.
 [[nodiscard]] inline std::int64_t now_epoch_ms() noexcept {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+  // <ctime> rather than <chrono>: C++20's <chrono> (calendars, time zones) is a sizeable parse
+  // for every includer, for this one call.
+  std::timespec now{};
+  std::timespec_get(&now, TIME_UTC);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
 }
 
 } // namespace detail
@@ -447,7 +476,9 @@ inline void check_envelope(const nlohmann::json& envelope) {
   if (!envelope.is_object()) {
     throw ConfigError(expectation_message("event envelope", "a JSON object", envelope));
   }
-  for (const auto& [key, value] : envelope.items()) {
+  // The object's own map rather than items(): items() costs every includer an instantiation of
+  // nlohmann's iteration proxy.
+  for (const auto& [key, value] : envelope.get_ref<const nlohmann::json::object_t&>()) {
     if (key == "type" || key == "seq" || key == "time" || key == "data") {
       throw ConfigError(expectation_message("event envelope", "no member named type, seq, time or data", key));
     }
@@ -459,8 +490,13 @@ inline void check_envelope(const nlohmann::json& envelope) {
 [[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
                                                const nlohmann::json& envelope) {
   check_envelope(envelope);
-  nlohmann::json event{{"type", type}, {"seq", seq}, {"time", now_epoch_ms()}, {"data", std::move(data)}};
-  event.update(envelope);
+  // Member by member rather than an initializer list and update(): the same object (the keys
+  // are distinct), for fewer nlohmann instantiations in every includer.
+  nlohmann::json event = envelope;
+  event["type"] = type;
+  event["seq"] = seq;
+  event["time"] = now_epoch_ms();
+  event["data"] = std::move(data);
   return event;
 }
 
@@ -499,9 +535,7 @@ template <std::ranges::input_range R, class Projection>
 /// Folds a range of JSON events: returns the mode of the last `sandbox/mode` event, or nullopt
 /// when there is none. Throws InvariantViolation when a `sandbox/mode` event it examines is
 /// forged (the backward scan of a bidirectional range examines only the last one).
-template <std::ranges::input_range R>
-  requires std::convertible_to < std::ranges::range_reference_t<R>,
-const nlohmann::json& > [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events) {
+template <detail::JsonEventRange R> [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events) {
   return effective_mode(std::forward<R>(events),
                         [](const nlohmann::json& event) { return detail::switched_mode(event); });
 }
@@ -844,7 +878,7 @@ struct PolicyConfig {
       throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
     }
     PolicyConfig config;
-    for (const auto& [key, value] : json.items()) {
+    for (const auto& [key, value] : json.get_ref<const nlohmann::json::object_t&>()) { // see check_envelope
       if (key == "mode") {
         config.mode = detail::enum_from_json<SandboxMode>(value, "PolicyConfig key \"mode\"");
       } else if (key == "workspaceRoot") {
@@ -1018,6 +1052,80 @@ inline void append_json_string(std::string& out, std::string_view text) {
     i += consumed;
   }
   out += '"';
+}
+
+/// Appends `value` as `compact_json` returns it.
+// Written out rather than calling dump(): every translation unit that can throw
+// InvariantViolation or ConfigError reaches this, and nlohmann's serializer costs such a unit
+// over a tenth of its compile time at -O2. Floating-point numbers still go through the routine
+// dump() itself uses, so that they keep its exact digits.
+inline void append_compact_json(std::string& out, const nlohmann::json& value) {
+  using Type = nlohmann::json::value_t;
+  const char* separator = "";
+  switch (value.type()) {
+  case Type::null:
+    out += "null";
+    break;
+  case Type::boolean:
+    out += value.get_ref<const nlohmann::json::boolean_t&>() ? "true" : "false";
+    break;
+  case Type::number_integer:
+    out += std::to_string(value.get_ref<const nlohmann::json::number_integer_t&>());
+    break;
+  case Type::number_unsigned:
+    out += std::to_string(value.get_ref<const nlohmann::json::number_unsigned_t&>());
+    break;
+  case Type::number_float: {
+    const double number = value.get_ref<const nlohmann::json::number_float_t&>();
+    if (!std::isfinite(number)) {
+      out += "null";
+      break;
+    }
+    std::array<char, 64> digits; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+    out.append(digits.data(), nlohmann::detail::to_chars(digits.data(), digits.data() + digits.size(), number));
+    break;
+  }
+  case Type::string:
+    append_json_string(out, value.get_ref<const std::string&>());
+    break;
+  case Type::array:
+    out += '[';
+    for (const nlohmann::json& element : value.get_ref<const nlohmann::json::array_t&>()) {
+      out += std::exchange(separator, ",");
+      append_compact_json(out, element);
+    }
+    out += ']';
+    break;
+  case Type::object:
+    out += '{';
+    for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
+      out += std::exchange(separator, ",");
+      append_json_string(out, key);
+      out += ':';
+      append_compact_json(out, member);
+    }
+    out += '}';
+    break;
+  case Type::binary:
+    out += R"({"bytes":[)";
+    for (const std::uint8_t byte : value.get_binary()) {
+      out += std::exchange(separator, ",");
+      out += std::to_string(byte);
+    }
+    out += R"(],"subtype":)";
+    out += value.get_binary().has_subtype() ? std::to_string(value.get_binary().subtype()) : "null";
+    out += '}';
+    break;
+  case Type::discarded:
+    out += "<discarded>";
+    break;
+  }
+}
+
+[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
+  std::string out;
+  append_compact_json(out, value);
+  return out;
 }
 
 } // namespace detail

@@ -1,7 +1,8 @@
 // libFuzzer target: validate_event on arbitrary JSON events. The bytes are tried as a whole
 // event and also as the mode of a sandbox/mode event (so invalid UTF-8 reaches the failure
 // text). Properties: the result is nullopt or one of the two SPEC §4 texts; check_event and
-// the fold agree with it; the failure text is valid UTF-8.
+// the fold agree with it; the failure text is valid UTF-8; the library's own compact JSON (the
+// value in that text) is byte for byte what dump() writes.
 #include <dsh/sandbox_policy.hpp>
 
 #include <array>
@@ -12,6 +13,9 @@
 namespace {
 
 void check(const nlohmann::json& event) {
+  if (dsh::detail::compact_json(event) != event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+    std::abort();
+  }
   const std::optional<std::string> failure = dsh::validate_event(event);
   bool threw = false;
   try {
