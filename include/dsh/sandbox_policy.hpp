@@ -1140,11 +1140,11 @@ inline void append_compact_json(std::string& out, const nlohmann::json& value) {
 
 /// Stores the policy as `{"mode","workspaceRoot","modeSource","rootSource"}`; a root that is
 /// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
-inline void to_json(nlohmann::json& json, const ResolvedPolicy& policy) {
-  json = nlohmann::json{{"mode", policy.mode},
-                        {"workspaceRoot", detail::repaired_utf8(policy.workspace_root.native())},
-                        {"modeSource", policy.mode_source},
-                        {"rootSource", policy.root_source}};
+template <detail::ExactlyJson J> void to_json(J& json, const ResolvedPolicy& policy) {
+  json = J{{"mode", policy.mode},
+           {"workspaceRoot", detail::repaired_utf8(policy.workspace_root.native())},
+           {"modeSource", policy.mode_source},
+           {"rootSource", policy.root_source}};
 }
 
 namespace detail {
