@@ -765,9 +765,9 @@ namespace detail {
 /// longest prefix that exists; the rest normalized lexically; no trailing separator except
 /// for "/". A dangling symbolic link at the end of the existing prefix is followed.
 /// When the whole path exists this costs an open(O_PATH), a readlink of /proc/self/fd/N and a
-/// close (realpath(3) where /proc cannot answer), whatever its depth. Never fails for a path that cannot
-/// be examined (it uses as much identity as it can obtain); a path holding a NUL character is
-/// normalized lexically only. Throws std::system_error only when `path` is relative and the
+/// close whatever its depth (realpath(3) where the kernel cannot answer so). Never fails for a
+/// path that cannot be examined (it uses as much identity as it can obtain); a path holding a
+/// NUL character is normalized lexically only. Throws std::system_error only when `path` is relative and the
 /// process working directory cannot be read.
 [[nodiscard]] inline std::filesystem::path canonical_path(const std::filesystem::path& path) {
   return detail::canonical_native(path.native());
