@@ -1,4 +1,4 @@
-// dsh-policy: inspect and switch the sandbox policy of a DSH session log (SPEC §8 JSONL).
+// dsh-policy: inspect and switch the sandbox policy of a DSH session log (docs/contract.md#the-session-log).
 // Run `dsh-policy --help` for the usage. Exit status: 0 success, 1 refused input (a damaged or
 // forged log, or one that cannot be opened), 2 usage error.
 #include <dsh/sandbox_policy.hpp>

@@ -1,4 +1,4 @@
-// Canonicalization (SPEC §5.2) on real directories and symbolic links, and the in-process write
+// Canonicalization (docs/contract.md#canonicalization) on real directories and symbolic links, and the in-process write
 // check built on it. The oracle for an existing directory is std::filesystem::canonical
 // (realpath); everything below it is spelled out by hand.
 #include "support/catch.hpp"

@@ -1,4 +1,4 @@
-// Configuration and vocabulary (SPEC §3, §5): strict PolicyConfig::from_json with exact
+// Configuration and vocabulary (docs/contract.md#vocabulary, #the-owner): strict PolicyConfig::from_json with exact
 // ConfigError messages (key, expectation, value found), PolicyOwner's own validation, the
 // enum string tables and their JSON forms, and FamilySet.
 #include "support/catch.hpp"

@@ -1,5 +1,5 @@
 // The dsh-policy inspector and the agent-host demo as real processes: exact standard output,
-// standard error and exit status for every fixture in ../shared/fixtures/sessions, the usage
+// standard error and exit status for every fixture in tests/fixtures/sessions, the usage
 // errors, `set`, and the inspector reading the log the demo leaves behind.
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
@@ -99,22 +99,22 @@ std::map<std::string, Expected> expected_results(const std::string& work_root) {
       {"basic.jsonl",
        {0,
         "log:       basic.jsonl\n"
-        "session:   fixture-basic\n"
-        "mode:      danger-full-access, set by the switch at seq 6, time 1764480000600 (2025-11-30T05:20:00.600Z), "
+        "session:   sample-basic\n"
+        "mode:      danger-full-access, set by the switch at seq 6, time 1767225600360 (2026-01-01T00:00:00.360Z), "
         "source delegation\n"
-        "root:      /srv/dsh-fixture/project (the session's cwd)\n" +
+        "root:      /home/dev/sample-project (the session's cwd)\n" +
             all +
             "sandbox:policy:\n"
             "Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict the write and edit "
             "tools, one-shot bash commands, or terminal sessions.\n",
-        "seq 2  time 1764480000200 (2025-11-30T05:20:00.200Z)  mode workspace-write  source -\n"
-        "seq 5  time 1764480000500 (2025-11-30T05:20:00.500Z)  mode read-only  source -\n"
-        "seq 6  time 1764480000600 (2025-11-30T05:20:00.600Z)  mode danger-full-access  source delegation\n",
+        "seq 2  time 1767225600120 (2026-01-01T00:00:00.120Z)  mode workspace-write  source -\n"
+        "seq 5  time 1767225600300 (2026-01-01T00:00:00.300Z)  mode read-only  source -\n"
+        "seq 6  time 1767225600360 (2026-01-01T00:00:00.360Z)  mode danger-full-access  source delegation\n",
         ""}},
       {"no-switch.jsonl",
        {0,
         "log:       no-switch.jsonl\n"
-        "session:   fixture-no-switch\n"
+        "session:   sample-no-switch\n"
         "mode:      read-only, the deployment default (the log holds no sandbox/mode switch)\n"
         "root:      " +
             work_root + " (the fallback root: --root or the working directory)\n" + all +
@@ -125,39 +125,39 @@ std::map<std::string, Expected> expected_results(const std::string& work_root) {
       {"packed-rows.jsonl",
        {0,
         "log:       packed-rows.jsonl\n"
-        "session:   fixture-packed\n"
-        "mode:      workspace-write, set by the switch at seq 5, time 1764480000020 (2025-11-30T05:20:00.020Z), "
+        "session:   sample-packed\n"
+        "mode:      workspace-write, set by the switch at seq 5, time 1767225600030 (2026-01-01T00:00:00.030Z), "
         "source -\n"
-        "root:      /srv/dsh-fixture/packed (the session's cwd)\n" +
+        "root:      /home/dev/sample-packed (the session's cwd)\n" +
             all +
             "sandbox:policy:\n"
             "Current DSH file policy: workspace-write. The write and edit tools, one-shot bash commands, and terminal "
-            "sessions may modify files under the session workspace: \"/srv/dsh-fixture/packed\". Some platform "
+            "sessions may modify files under the session workspace: \"/home/dev/sample-packed\". Some platform "
             "temporary areas may also be writable.\n",
-        "seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode read-only  source -\n"
-        "seq 5  time 1764480000020 (2025-11-30T05:20:00.020Z)  mode workspace-write  source -\n",
+        "seq 0  time 1767225600010 (2026-01-01T00:00:00.010Z)  mode read-only  source -\n"
+        "seq 5  time 1767225600030 (2026-01-01T00:00:00.030Z)  mode workspace-write  source -\n",
         ""}},
       {"torn-tail.jsonl",
        {0,
         "log:       torn-tail.jsonl\n"
-        "session:   fixture-torn\n"
-        "mode:      workspace-write, set by the switch at seq 0, time 1764480000001 (2025-11-30T05:20:00.001Z), "
+        "session:   sample-torn\n"
+        "mode:      workspace-write, set by the switch at seq 0, time 1767225600010 (2026-01-01T00:00:00.010Z), "
         "source -\n"
-        "root:      /srv/dsh-fixture/torn (the session's cwd)\n" +
+        "root:      /home/dev/sample-torn (the session's cwd)\n" +
             all +
             "sandbox:policy:\n"
             "Current DSH file policy: workspace-write. The write and edit tools, one-shot bash commands, and terminal "
-            "sessions may modify files under the session workspace: \"/srv/dsh-fixture/torn\". Some platform "
+            "sessions may modify files under the session workspace: \"/home/dev/sample-torn\". Some platform "
             "temporary areas may also be writable.\n",
-        "seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode workspace-write  source -\n",
+        "seq 0  time 1767225600010 (2026-01-01T00:00:00.010Z)  mode workspace-write  source -\n",
         "dsh-policy: session log \"torn-tail.jsonl\" line 3: cut off a torn last line (63 bytes without a final "
         "newline)\n"}},
       {"forged-mode.jsonl",
        {1, refused_out, refused_out,
-        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"host-root\"\n"}},
+        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"root-shell\"\n"}},
       {"corrupt-middle.jsonl",
        {1, refused_out, refused_out,
-        "dsh-policy: session log \"corrupt-middle.jsonl\" line 3: not valid JSON at column 74: unterminated "
+        "dsh-policy: session log \"corrupt-middle.jsonl\" line 3: not valid JSON at column 76: unterminated "
         "string\n"}},
       {"seq-gap.jsonl",
        {1, refused_out, refused_out, "dsh-policy: session log \"seq-gap.jsonl\" line 3: seq 2 where 1 was expected\n"}},
@@ -216,7 +216,7 @@ TEST_CASE("dsh-policy show options and --json", "[cli]") {
   CHECK(json.err.empty());
   CHECK(
       json.out ==
-      R"({"context":"Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict the write and edit tools, one-shot bash commands, or terminal sessions.","enforced":["filesystem","bash","terminal"],"escalatable":["bash"],"log":"basic.jsonl","mode":"danger-full-access","modeSource":"session","rootSource":"session","session":"fixture-basic","switch":{"seq":6,"source":"delegation","time":1764480000600},"workspaceRoot":"/srv/dsh-fixture/project"})"
+      R"({"context":"Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict the write and edit tools, one-shot bash commands, or terminal sessions.","enforced":["filesystem","bash","terminal"],"escalatable":["bash"],"log":"basic.jsonl","mode":"danger-full-access","modeSource":"session","rootSource":"session","session":"sample-basic","switch":{"seq":6,"source":"delegation","time":1767225600360},"workspaceRoot":"/home/dev/sample-project"})"
       "\n");
 
   const Run escalatable = ws.policy({"show", "no-switch.jsonl", "--families=bash,filesystem", "--escalatable",
@@ -224,7 +224,7 @@ TEST_CASE("dsh-policy show options and --json", "[cli]") {
   CHECK(escalatable.status == 0);
   CHECK(escalatable.out ==
         "log:       no-switch.jsonl\n"
-        "session:   fixture-no-switch\n"
+        "session:   sample-no-switch\n"
         "mode:      read-only, the deployment default (the log holds no sandbox/mode switch)\n"
         "root:      /srv/fallback (the fallback root: --root or the working directory)\n"
         "families:  enforced filesystem, bash; escalatable bash\n"
@@ -238,7 +238,7 @@ TEST_CASE("dsh-policy show options and --json", "[cli]") {
   CHECK(nothing.status == 0);
   CHECK(
       nothing.out ==
-      R"({"context":"","enforced":[],"escalatable":[],"log":"no-switch.jsonl","mode":"danger-full-access","modeSource":"deployment","rootSource":"deployment","session":"fixture-no-switch","switch":null,"workspaceRoot":"/srv/fallback"})"
+      R"({"context":"","enforced":[],"escalatable":[],"log":"no-switch.jsonl","mode":"danger-full-access","modeSource":"deployment","rootSource":"deployment","session":"sample-no-switch","switch":null,"workspaceRoot":"/srv/fallback"})"
       "\n");
 }
 
@@ -260,8 +260,8 @@ TEST_CASE("dsh-policy set appends one switch through set_sandbox_mode", "[cli]")
 
   const Run history = ws.policy({"history", "packed-rows.jsonl"});
   CHECK(history.status == 0);
-  CHECK(history.out.starts_with("seq 0  time 1764480000001 (2025-11-30T05:20:00.001Z)  mode read-only  source -\n"
-                                "seq 5  time 1764480000020 (2025-11-30T05:20:00.020Z)  mode workspace-write  "
+  CHECK(history.out.starts_with("seq 0  time 1767225600010 (2026-01-01T00:00:00.010Z)  mode read-only  source -\n"
+                                "seq 5  time 1767225600030 (2026-01-01T00:00:00.030Z)  mode workspace-write  "
                                 "source -\nseq 10  time "));
   CHECK(history.out.ends_with("  mode danger-full-access  source -\n"));
 
@@ -270,7 +270,7 @@ TEST_CASE("dsh-policy set appends one switch through set_sandbox_mode", "[cli]")
   CHECK(refused.status == 1);
   CHECK(refused.out.empty());
   CHECK(refused.err ==
-        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"host-root\"\n");
+        "dsh-policy: session log \"forged-mode.jsonl\" line 3: sandbox/mode carries unknown mode \"root-shell\"\n");
   CHECK(read_file(ws.work / "forged-mode.jsonl") ==
         read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "forged-mode.jsonl"));
 }

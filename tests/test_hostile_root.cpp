@@ -1,4 +1,4 @@
-// Hostile directory names in the rendered workspace root (SPEC §6): the root is a JSON string
+// Hostile directory names in the rendered workspace root (docs/contract.md#the-model-text): the root is a JSON string
 // literal, so `"`, `\`, newlines, tabs and other control characters are escaped, valid UTF-8
 // passes as it is, and each maximal ill-formed UTF-8 subpart becomes U+FFFD. Every directory
 // is created for real; every expected literal is written out by hand.

@@ -1,6 +1,6 @@
-// The sandbox/mode invariant (SPEC §4): the exact failure texts, forged events rejected before
+// The sandbox/mode invariant (docs/contract.md#the-invariant): the exact failure texts, forged events rejected before
 // anything is stored, set_sandbox_mode as the one write path, the kept override; and the cache
-// safety of the model text (SPEC §6: TMPDIR changes no byte).
+// safety of the model text (docs/contract.md#the-model-text: TMPDIR changes no byte).
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 

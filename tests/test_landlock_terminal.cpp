@@ -107,8 +107,8 @@ TEST_CASE("an interactive terminal session obeys the read-only fence") {
   CHECK(shows(screen, "bash: notes.txt: Permission denied"));
   CHECK(shows(screen, "append=1"));
   CHECK(shows(screen, "null=2"));
-  // Re-opening the terminal by name for writing is a write outside the grants (README
-  // "Enforcement"); the shell keeps the terminal it was started on.
+  // Re-opening the terminal by name for writing is a write outside the grants
+  // (docs/enforcement.md); the shell keeps the terminal it was started on.
   CHECK(shows(screen, "bash: /dev/tty: Permission denied"));
   CHECK(shows(screen, "devtty=1"));
   CHECK(read_file(lab.workspace() / "notes.txt") == "keep\n");

@@ -1,5 +1,5 @@
 // What the Landlock fence does NOT cover, pinned as the actual behaviour on this kernel so
-// that the README "Enforcement" section stays true: metadata changes of an outside file,
+// that docs/enforcement.md stays true: metadata changes of an outside file,
 // descriptors opened before the fence, hard links that already existed, and device ioctls.
 // Each case also runs unfenced, to show the fence changes nothing there.
 #include "test_landlock_support.hpp"

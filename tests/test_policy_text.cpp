@@ -1,10 +1,10 @@
-// The sandbox:policy text of SPEC §6, byte for byte: 3 modes x 7 non-empty enforced sets x
+// The sandbox:policy text of docs/contract.md#the-model-text, byte for byte: 3 modes x 7 non-empty enforced sets x
 // 8 escalatable sets (168 cases) and the empty registry, rendered directly and through
 // PolicyOwner::context on a real dsh::Session.
 //
 // The expected strings are written out literally below: one per enforced set and mode (21),
 // and one per escalatable set in read-only with all three families enforced (8). Every other
-// case is checked against those literals by the rule SPEC §6 states:
+// case is checked against those literals by the rule docs/contract.md#the-model-text states:
 //   * workspace-write and danger-full-access ignore escalation: the text is the literal of the
 //     enforced set;
 //   * read-only names as escalatable only E = escalatable & enforced: the text is the literal of
@@ -149,7 +149,7 @@ std::string escalation_sentence(int mask) {
   return std::string(full.substr(prefix.size()));
 }
 
-// SPEC §6 as the rule stated at the top of this file, over the literals.
+// docs/contract.md#the-model-text as the rule stated at the top of this file, over the literals.
 std::string expected_text(SandboxMode mode, int enforced, int escalatable) {
   if (enforced == 0) {
     return {};
@@ -206,7 +206,7 @@ dsh::ResolvedPolicy literal_policy(SandboxMode mode) {
 
 } // namespace
 
-TEST_CASE("the literal tables are what SPEC §6 composes", "[text]") {
+TEST_CASE("the literal tables are what the text rule composes", "[text]") {
   // A guard on the test's own data: every literal is one line, and each row is in mask order.
   for (std::size_t i = 0; i < kEnforced.size(); ++i) {
     CHECK(kEnforced[i].mask == static_cast<int>(i) + 1);
@@ -220,7 +220,7 @@ TEST_CASE("the literal tables are what SPEC §6 composes", "[text]") {
   CHECK(dsh::SANDBOX_POLICY_CONTEXT == "sandbox:policy");
 }
 
-TEST_CASE("SPEC §6 examples render byte for byte", "[text]") {
+TEST_CASE("the contract's examples render byte for byte", "[text]") {
   const FamilySet all = FamilySet::all();
   const FamilySet escalatable{Family::filesystem, Family::bash};
   CHECK(dsh::render_policy_context(literal_policy(SandboxMode::read_only), all, escalatable) ==

@@ -1,7 +1,6 @@
-// Precedence (SPEC §5.1/§5.2): mode = approved ?? the session's last switch ?? the deployment
-// default; root = the canonical session cwd when non-empty, else the fallback root. Also the
-// fold itself: host session types without dsh::Session, projections, input-only ranges and
-// forged events.
+// Precedence (docs/contract.md#precedence, #canonicalization): mode = approved ?? the session's last switch ?? the
+// deployment default; root = the canonical session cwd when non-empty, else the fallback root. Also the fold itself:
+// host session types without dsh::Session, projections, input-only ranges and forged events.
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 

@@ -1,4 +1,4 @@
-// The family registry (SPEC §5.3): independent, reference-counted contributions behind
+// The family registry (docs/contract.md#families): independent, reference-counted contributions behind
 // move-only Disposers; canonical order whatever the registration order; escalatable only
 // while enforced; onChange listeners.
 #include "support/catch.hpp"

@@ -1,5 +1,5 @@
-// The runtime-context snapshot (SPEC §7) on the in-memory dsh::Session: the assembler's text byte
-// for byte, and when announce_runtime_context appends (and when it does not).
+// The runtime-context snapshot (docs/contract.md#the-runtime-context-snapshot) on the in-memory dsh::Session: the
+// assembler's text byte for byte, and when announce_runtime_context appends (and when it does not).
 #include <dsh/runtime_context.hpp>
 
 #include "support/catch.hpp"
@@ -68,7 +68,7 @@ struct Host {
   }
 };
 
-/// The data of a snapshot message as SPEC §7 spells it.
+/// The data of a snapshot message as docs/contract.md#the-runtime-context-snapshot spells it.
 json snapshot_data(const std::string& id, const std::string& text) {
   return json{{"id", id},
               {"role", "user"},
@@ -241,7 +241,7 @@ TEST_CASE("add_sandbox_policy contributes the owner's text for the session at or
   CHECK(host.snapshot(session).empty());
 }
 
-TEST_CASE("the first request appends one snapshot message in the SPEC §7 shape", "[runtime_context]") {
+TEST_CASE("the first request appends one snapshot message in the contract's shape", "[runtime_context]") {
   Host host;
   dsh::Session session = host.session();
   const std::string text = host.snapshot(session);

@@ -1,4 +1,4 @@
-// Every fixture of ../shared/fixtures/sessions gives exactly the result its README lists.
+// Every fixture of tests/fixtures/sessions gives exactly the result its README lists.
 // Each test opens a copy in a temporary directory: opening may repair a torn tail.
 #include "test_session_log_support.hpp"
 
@@ -23,11 +23,11 @@ TEST_CASE("basic.jsonl opens with 8 events, a delegated danger-full-access switc
   CHECK(switched["type"] == "sandbox/mode");
   CHECK(switched["seq"] == 6);
   CHECK(switched["data"] == nlohmann::json{{"mode", "danger-full-access"}, {"source", "delegation"}});
-  CHECK(log.header().id == "fixture-basic");
-  CHECK(log.header().cwd == std::optional<std::string>("/srv/dsh-fixture/project"));
-  CHECK(log.header().created_at == 1764480000000);
+  CHECK(log.header().id == "sample-basic");
+  CHECK(log.header().cwd == std::optional<std::string>("/home/dev/sample-project"));
+  CHECK(log.header().created_at == 1767225600000);
   CHECK(log.header_json()["delegationDepth"] == 0);
-  CHECK(log.events()[7]["data"]["content"][0]["text"] == "Now fix the bug in \"main.cpp\" \u2014 please.");
+  CHECK(log.events()[7]["data"]["content"][0]["text"] == "Rename \"util.hpp\" \u2014 carefully.");
   CHECK(log.next_seq() == 8);
   CHECK_FALSE(log.tail_repair());
   CHECK(read_bytes(path) == read_bytes(fixture("basic.jsonl")));
@@ -88,9 +88,9 @@ TEST_CASE("forged-mode.jsonl is refused at line 3 and left unchanged") {
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == 3);
   CHECK(error.path() == path);
-  CHECK(std::string(error.what()) == log_message(path, 3, R"(sandbox/mode carries unknown mode "host-root")"));
+  CHECK(std::string(error.what()) == log_message(path, 3, R"(sandbox/mode carries unknown mode "root-shell")"));
   CHECK(std::string(error.what()) ==
-        "session log \"" + path.string() + R"(" line 3: sandbox/mode carries unknown mode "host-root")");
+        "session log \"" + path.string() + R"(" line 3: sandbox/mode carries unknown mode "root-shell")");
   CHECK(read_bytes(path) == read_bytes(fixture("forged-mode.jsonl")));
 }
 
@@ -117,7 +117,7 @@ TEST_CASE("corrupt-middle.jsonl is refused at line 3 (not JSON, not the last lin
   const auto path = copy_fixture(dir, "corrupt-middle.jsonl");
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == 3);
-  CHECK(std::string(error.what()) == log_message(path, 3, "not valid JSON at column 74: unterminated string"));
+  CHECK(std::string(error.what()) == log_message(path, 3, "not valid JSON at column 76: unterminated string"));
   CHECK(read_bytes(path) == read_bytes(fixture("corrupt-middle.jsonl")));
 }
 

@@ -51,7 +51,7 @@ inline void write_bytes(const std::filesystem::path& path, std::string_view byte
   }
 }
 
-/// Returns the path of a session-log fixture in the shared, read-only fixtures directory.
+/// Returns the path of a session-log fixture in tests/fixtures/sessions (read-only: copy it first).
 inline std::filesystem::path fixture(std::string_view name) {
   return std::filesystem::path(DSH_FIXTURES_DIR) / "sessions" / name;
 }

@@ -1,4 +1,4 @@
-// The registry under concurrency (SPEC §5.3): registration, disposal, resolve and context from
+// The registry under concurrency (docs/contract.md#families): registration, disposal, resolve and context from
 // many threads at once. Every text a reader sees must be one of the valid texts for some
 // registry state, and the listener count must come out exact. Meant to run under
 // ThreadSanitizer as well. Catch2 assertions are made on the main thread only.

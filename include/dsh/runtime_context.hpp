@@ -1,6 +1,6 @@
 /// @file
-/// The runtime-context snapshot (SPEC §7): how the `sandbox:policy` text, and every other
-/// context contribution of a host, reaches the model.
+/// The runtime-context snapshot (docs/contract.md#the-runtime-context-snapshot): how the `sandbox:policy` text, and
+/// every other context contribution of a host, reaches the model.
 ///
 /// Before each request the host assembles its contributions into one snapshot text
 /// (`RuntimeContext::render`) and hands it to `announce_runtime_context`, which appends it to
@@ -56,7 +56,7 @@ struct ContextContribution {
   bool operator==(const ContextContribution&) const = default;
 };
 
-/// Assembles the contributions of one request into the snapshot text of SPEC §7.
+/// Assembles the contributions of one request into the snapshot text of docs/contract.md#the-runtime-context-snapshot.
 /// A value type: build one per request (the texts depend on the session and the registry at
 /// that moment). The snapshot's bytes depend only on the contributions, never on the order in
 /// which they were added.
@@ -200,7 +200,7 @@ namespace detail {
 }
 
 /// Returns the seq that follows `event`: `seq + 1` for an event in the envelope, `seq0 +
-/// size(data.dt) + 1` for a packed chunk row (SPEC §8), nullopt for anything else.
+/// size(data.dt) + 1` for a packed chunk row (docs/contract.md#the-session-log), nullopt for anything else.
 [[nodiscard]] inline std::optional<std::int64_t> seq_after(const nlohmann::json& event) {
   if (const auto seq = integer_member(event, "seq")) {
     return *seq + 1;

@@ -4,7 +4,7 @@
 /// One `PolicyOwner` resolves, for every tool call, the sandbox mode and the canonical
 /// workspace root; keeps the registry of enforced and escalatable families; and renders
 /// the exact `sandbox:policy` text the model is shown. The per-session override is a
-/// `sandbox/mode` event in the session's own log. See SPEC.md for the contract.
+/// `sandbox/mode` event in the session's own log. The contract: docs/contract.md.
 #pragma once
 
 #include <dsh/version.hpp>
@@ -432,7 +432,7 @@ namespace detail {
 
 } // namespace detail
 
-/// Checks the invariant of SPEC §4 on one event.
+/// Checks the invariant of docs/contract.md#the-invariant on one event.
 /// Returns nullopt if the event is valid (every event that is not a `sandbox/mode` object is);
 /// otherwise the exact failure text: `sandbox/mode carries no mode` or
 /// `sandbox/mode carries unknown mode <value as compact JSON>`.
@@ -450,7 +450,7 @@ namespace detail {
   return "sandbox/mode carries unknown mode " + detail::compact_json(*mode);
 }
 
-/// Checks the invariant of SPEC §4; throws InvariantViolation with `validate_event`'s text
+/// Checks the invariant of docs/contract.md#the-invariant; throws InvariantViolation with `validate_event`'s text
 /// when the event is forged.
 inline void check_event(const nlohmann::json& event) {
   if (auto failure = validate_event(event)) {
@@ -760,7 +760,7 @@ namespace detail {
 
 } // namespace detail
 
-/// Canonicalizes a path as SPEC §5.2 says: absolute against the process working directory;
+/// Canonicalizes a path as docs/contract.md#canonicalization says: absolute against the process working directory;
 /// the physical identity (symbolic links followed, then each `..` taken physically) of the
 /// longest prefix that exists; the rest normalized lexically; no trailing separator except
 /// for "/". A dangling symbolic link at the end of the existing prefix is followed.
@@ -1193,7 +1193,7 @@ namespace detail {
 
 } // namespace detail
 
-/// Renders the `sandbox:policy` text of SPEC §6, byte for byte. Returns "" when `enforced`
+/// Renders the `sandbox:policy` text of docs/contract.md#the-model-text, byte for byte. Returns "" when `enforced`
 /// is empty; otherwise one line without a trailing newline. Only families both enforced and
 /// in `escalatable` are named as escalatable, and only in read-only. The text depends only
 /// on the mode, the families, `host_label` and the root.
@@ -1465,7 +1465,7 @@ private:
     return canonical_path(*root);
   }
 
-  /// The mode of a call and which input decided it (SPEC §5.1).
+  /// The mode of a call and which input decided it (docs/contract.md#precedence).
   template <SessionLike S> [[nodiscard]] std::pair<SandboxMode, ModeSource>
   decide_mode(const S& session, std::optional<SandboxMode> approved) const {
     if (approved) {

@@ -1,5 +1,5 @@
 /// @file
-/// A durable, file-backed session in DSH's raw JSONL layout (SPEC §8).
+/// A durable, file-backed session in DSH's raw JSONL layout (docs/contract.md#the-session-log).
 ///
 /// `dsh::SessionLog` satisfies `dsh::AppendableSession` and `dsh::HasSandboxModeOverride`, so
 /// `set_sandbox_mode`, `effective_mode`, `PolicyOwner::resolve` and `PolicyOwner::context` work

@@ -1,4 +1,4 @@
-// bench_policy: the performance figures of issue 6, each beside the baseline it is judged
+// bench_policy: the performance figures of docs/performance.md, each beside the baseline it is judged
 // against, measured in this one process (or in children it starts), printed as one table.
 //
 //   bench_policy [--smoke] [--runs N] [--resume-runs N] [--compile-runs N] [--events N]

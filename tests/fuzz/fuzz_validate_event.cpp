@@ -1,6 +1,6 @@
 // libFuzzer target: validate_event on arbitrary JSON events. The bytes are tried as a whole
 // event and also as the mode of a sandbox/mode event (so invalid UTF-8 reaches the failure
-// text). Properties: the result is nullopt or one of the two SPEC §4 texts; check_event and
+// text). Properties: the result is nullopt or one of the two texts of docs/contract.md#the-invariant; check_event and
 // the fold agree with it; the failure text is valid UTF-8; the library's own compact JSON (the
 // value in that text) is byte for byte what dump() writes.
 #include <dsh/sandbox_policy.hpp>
