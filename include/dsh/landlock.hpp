@@ -53,9 +53,9 @@ namespace dsh {
 /// Thrown when a fence cannot be prepared (no Landlock and running unfenced was not allowed,
 /// the workspace root cannot be opened, a Landlock call failed) or could not be applied in
 /// the child. The message names the mode, the path or the failing call, and the reason.
-class LandlockError : public std::runtime_error {
+class LandlockError : public Error {
 public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
 };
 
 /// One write-class Landlock filesystem access right.

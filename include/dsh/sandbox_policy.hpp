@@ -45,17 +45,24 @@ namespace dsh {
 // Errors
 // ---------------------------------------------------------------------------------------------
 
-/// Invalid configuration or vocabulary: the message names the input, what was expected and
-/// what was found.
-class ConfigError : public std::runtime_error {
+/// The base of every error this library throws on purpose, so a host can catch them all in one
+/// place. Its derived types say what kind of input was refused.
+class Error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
 
-/// A forged `sandbox/mode` event; `what()` is exactly the failure text of `validate_event`.
-class InvariantViolation : public std::runtime_error {
+/// Invalid configuration, vocabulary or argument: the message names the input, what was
+/// expected and what was found.
+class ConfigError : public Error {
 public:
-  using std::runtime_error::runtime_error;
+  using Error::Error;
+};
+
+/// A forged `sandbox/mode` event; `what()` is exactly the failure text of `validate_event`.
+class InvariantViolation : public Error {
+public:
+  using Error::Error;
 };
 
 // ---------------------------------------------------------------------------------------------

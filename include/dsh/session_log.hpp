@@ -42,11 +42,11 @@ namespace dsh {
 /// A session log that cannot be created, opened, read or appended to. The message names the
 /// file (as a JSON string literal), the 1-based line when one line is at fault, and what is
 /// wrong: `session log "/var/s.jsonl" line 3: seq 2 where 1 was expected`.
-class LogError : public std::runtime_error {
+class LogError : public Error {
 public:
   /// Builds the error for `path`; `line` is 1-based, or 0 when no single line is at fault.
   LogError(std::filesystem::path path, std::size_t line, std::string_view what)
-      : std::runtime_error(message(path, line, what)), path_(std::move(path)), line_(line) {}
+      : Error(message(path, line, what)), path_(std::move(path)), line_(line) {}
 
   /// Returns the log's path as it was given.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }

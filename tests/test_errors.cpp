@@ -1,0 +1,54 @@
+// Every error the library throws on purpose derives from dsh::Error, so a host can catch them
+// in one place; each is raised here by real input, not constructed by hand.
+#include "support/catch.hpp"
+#include "support/temp_dir.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+#include <dsh/session_log.hpp>
+
+#include <cerrno>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+static_assert(std::is_base_of_v<std::runtime_error, dsh::Error>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::ConfigError>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::InvariantViolation>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::LogError>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::LandlockError>);
+
+namespace {
+
+/// Runs `action`; returns the message of the dsh::Error it threw, or "" when it threw nothing.
+template <class Action> std::string caught_as_error(Action&& action) {
+  try {
+    action();
+  } catch (const dsh::Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("each error type is caught as dsh::Error with its own message", "[errors]") {
+  CHECK(caught_as_error([] {
+          (void)dsh::PolicyConfig::from_json(nlohmann::json{{"mode", "Read-Only"}});
+        }).find("Read-Only") != std::string::npos);
+
+  CHECK(caught_as_error([] {
+          dsh::check_event(nlohmann::json{{"type", "sandbox/mode"}, {"data", {{"mode", "host-root"}}}});
+        }) == R"(sandbox/mode carries unknown mode "host-root")");
+
+  const dsh::test::TempDir dir;
+  const auto missing = dir / "missing.jsonl";
+  CHECK(caught_as_error([&] { (void)dsh::SessionLog::open(missing); }) ==
+        "session log \"" + missing.string() + "\": cannot open: No such file or directory");
+
+  dsh::ResolvedPolicy policy{dsh::SandboxMode::read_only, dir.path(), dsh::ModeSource::deployment,
+                             dsh::RootSource::deployment};
+  CHECK(caught_as_error([&] {
+          (void)dsh::detail::prepare_fence(policy, dsh::FenceOptions{}, dsh::detail::LandlockProbe{0, ENOSYS}, nullptr);
+        }).starts_with("Landlock fence for read-only: "));
+}
