@@ -7,10 +7,8 @@ set(DSH_SANDBOX_POLICY_CONFIG_DIR "${CMAKE_INSTALL_DATADIR}/cmake/dsh_sandbox_po
     CACHE STRING "Where to install the dsh_sandbox_policy CMake package, relative to the prefix")
 mark_as_advanced(DSH_SANDBOX_POLICY_CONFIG_DIR)
 
-install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/dsh" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}"
-        FILES_MATCHING PATTERN "*.hpp")
-
-install(TARGETS dsh_sandbox_policy EXPORT dsh_sandbox_policyTargets)
+install(TARGETS dsh_sandbox_policy EXPORT dsh_sandbox_policyTargets FILE_SET HEADERS
+        DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT dsh_sandbox_policyTargets NAMESPACE dsh:: DESTINATION "${DSH_SANDBOX_POLICY_CONFIG_DIR}"
         FILE dsh_sandbox_policyTargets.cmake)
 
