@@ -12,6 +12,7 @@
 #include <dsh/session_log.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -128,6 +130,22 @@ Backend mount(dsh::PolicyOwner& owner, dsh::Family family, bool escalatable) {
   return backend;
 }
 
+/// The `sandbox_permissions` parameter a tool of `family` advertises for the next call: a JSON
+/// schema whose enum is the owner's escalation choices, or nullopt (the tool omits the
+/// parameter) when there are none.
+std::optional<nlohmann::json> sandbox_permissions(const dsh::PolicyOwner& owner, const dsh::SessionLog& log,
+                                                  dsh::Family family) {
+  const std::span<const dsh::SandboxMode> choices = owner.escalationChoices(log, family);
+  if (choices.empty()) {
+    return std::nullopt;
+  }
+  nlohmann::json modes = nlohmann::json::array();
+  for (const dsh::SandboxMode mode : choices) {
+    modes.push_back(dsh::to_string(mode));
+  }
+  return nlohmann::json{{"type", "string"}, {"enum", std::move(modes)}};
+}
+
 /// The host process: one policy owner, its backends and the open session log. A restart is
 /// destroying it and building a new one from the same files.
 struct Host {
@@ -170,40 +188,52 @@ public:
         dir_ / "fallback",
         dsh::SessionLog::create(log_path_, dsh::SessionHeader{"demo", workspace_.string(), now_ms()}), true);
     const std::string read_only_all = std::string(PREAMBLE).append(READ_ONLY_ALL);
-    request(*host, "1. first request", dsh::SnapshotOutcome::snapshot, read_only_all, "read-only");
-    request(*host, "2. unchanged request", dsh::SnapshotOutcome::nothing, read_only_all, "read-only");
+    // In read-only the escalatable families offer both wider modes; terminal cannot escalate.
+    const Offers from_read_only{std::string(BOTH_WIDER), std::string(BOTH_WIDER), "omitted"};
+    request(*host, "1. first request", dsh::SnapshotOutcome::snapshot, read_only_all, "read-only", from_read_only);
+    request(*host, "2. unchanged request", dsh::SnapshotOutcome::nothing, read_only_all, "read-only", from_read_only);
 
     switch_mode(*host, dsh::SandboxMode::workspace_write);
+    // Never the current mode again: only danger-full-access is wider.
+    const Offers from_workspace_write{std::string(DANGER_ONLY), std::string(DANGER_ONLY), "omitted"};
     request(*host, "3. next request", dsh::SnapshotOutcome::snapshot,
             std::string(PREAMBLE) +
                 "Current DSH file policy: workspace-write. The write and edit tools, one-shot "
                 "bash commands, and terminal sessions may modify files under the session "
                 "workspace: " +
                 quoted_root_ + ". Some platform temporary areas may also be writable.",
-            "workspace-write");
+            "workspace-write", from_workspace_write);
+
+    refused_approval(*host, dsh::Family::bash, dsh::SandboxMode::workspace_write,
+                     "sandbox escalation to workspace-write is not strictly wider than this call's current "
+                     "workspace-write mode; approve one of: danger-full-access");
 
     unmount(host->terminal, "the terminal backend");
     const std::string two_families = std::string(PREAMBLE) +
                                      "Current DSH file policy: workspace-write. The write and edit tools and one-shot "
                                      "bash commands may modify files under the session workspace: " +
                                      quoted_root_ + ". Some platform temporary areas may also be writable.";
-    request(*host, "4. next request", dsh::SnapshotOutcome::snapshot, two_families, "workspace-write");
+    request(*host, "4. next request", dsh::SnapshotOutcome::snapshot, two_families, "workspace-write",
+            from_workspace_write);
 
     host.reset();
     host.emplace(dir_ / "fallback", dsh::SessionLog::open(log_path_), false);
     restarted(*host, two_families);
-    request(*host, "5. first request after the restart", dsh::SnapshotOutcome::nothing, two_families,
-            "workspace-write");
+    request(*host, "5. first request after the restart", dsh::SnapshotOutcome::nothing, two_families, "workspace-write",
+            from_workspace_write);
 
     switch_mode(*host, dsh::SandboxMode::danger_full_access);
+    // Nothing is wider: no tool advertises the parameter.
+    const Offers nothing_wider{"omitted", "omitted", "omitted"};
     request(*host, "6. next request", dsh::SnapshotOutcome::snapshot,
             std::string(PREAMBLE) + "Current DSH file policy: danger-full-access. The DSH file sandbox does not "
                                     "restrict the write and edit tools or one-shot bash commands.",
-            "danger-full-access");
+            "danger-full-access", nothing_wider);
 
     unmount(host->filesystem, "the filesystem backend");
     unmount(host->bash, "the bash backend");
-    request(*host, "7. next request", dsh::SnapshotOutcome::cleared, std::string(dsh::RUNTIME_CONTEXT_CLEARED), "none");
+    request(*host, "7. next request", dsh::SnapshotOutcome::cleared, std::string(dsh::RUNTIME_CONTEXT_CLEARED), "none",
+            nothing_wider);
 
     std::cout << "\nsummary: " << snapshots_ << " snapshot messages in " << requests_ << " requests, " << history_bytes_
               << " bytes of snapshot text in the history; the system prompt never changed.\n";
@@ -216,6 +246,13 @@ public:
   }
 
 private:
+  /// The `enum` of each family's `sandbox_permissions` in canonical order, "omitted" when the
+  /// tool has no such parameter.
+  using Offers = std::array<std::string, 3>;
+
+  static constexpr std::string_view BOTH_WIDER = R"(["workspace-write","danger-full-access"])";
+  static constexpr std::string_view DANGER_ONLY = R"(["danger-full-access"])";
+
   static constexpr std::string_view READ_ONLY_ALL =
       "Current DSH file policy: read-only. The write and edit tools, one-shot bash commands, and terminal sessions "
       "cannot modify files in the standing mode. For the write and edit tools and one-shot bash commands, do not "
@@ -224,7 +261,7 @@ private:
 
   /// One model request: assemble, announce, let the model read its prompt; print and check it.
   void request(Host& host, std::string_view title, dsh::SnapshotOutcome expected_outcome,
-               const std::string& expected_text, std::string_view expected_belief) {
+               const std::string& expected_text, std::string_view expected_belief, const Offers& expected_offers) {
     const std::uintmax_t log_before = fs::file_size(log_path_);
     const std::size_t events_before = host.log.events().size();
     const std::string text = host.snapshot();
@@ -249,7 +286,16 @@ private:
     std::cout << "  prompt: " << reply.prompt_bytes << " bytes, " << reply.cached_bytes
               << " of them the previous prompt byte for byte (prefix cache), "
               << reply.prompt_bytes - reply.cached_bytes << " new\n"
-              << "  the model: \"my file policy is " << reply.believed_policy << "\"\n";
+              << "  the model: \"my file policy is " << reply.believed_policy << "\"\n"
+              << "  sandbox_permissions:";
+    Offers offers{};
+    for (const dsh::Family family : dsh::FAMILIES) {
+      const std::optional<nlohmann::json> schema = sandbox_permissions(host.owner, host.log, family);
+      std::string& offer = offers.at(static_cast<std::size_t>(family));
+      offer = schema ? schema->at("enum").dump() : "omitted";
+      std::cout << (family == dsh::FAMILIES.front() ? " " : ", ") << dsh::to_string(family) << ' ' << offer;
+    }
+    std::cout << '\n';
 
     const std::string where = std::string(title) + ": ";
     expect_.check(outcome == expected_outcome, where + "outcome " + std::string(dsh::to_string(outcome)));
@@ -260,9 +306,20 @@ private:
     expect_.check(dsh::latest_runtime_context(host.log) == dsh::SnapshotRecord{expected_text, latest_seq(host)},
                   where + "latest snapshot in the log");
     expect_.check(reply.believed_policy == expected_belief, where + "what the model believes");
+    expect_.check(offers == expected_offers, where + "the escalation choices the tool schemas advertise");
     expect_.check(reply.cached_bytes == previous_prompt_bytes_, where + "the previous prompt is a prefix");
     expect_.check(appended || reply.prompt_bytes == previous_prompt_bytes_, where + "unchanged prompt");
     previous_prompt_bytes_ = reply.prompt_bytes;
+  }
+
+  /// A stale call asks for a mode that is not among the choices (the schema it was built from
+  /// predates the switch): the owner refuses the approval before the backend runs anything.
+  void refused_approval(const Host& host, dsh::Family family, dsh::SandboxMode approved, std::string_view expected) {
+    const std::optional<std::string> refusal = host.owner.validateApproval(host.log, family, approved);
+    std::cout << "\n-- a stale " << dsh::to_string(family) << " call asks for sandbox_permissions "
+              << dsh::to_string(approved) << ": refused before anything runs --\n"
+              << "  " << refusal.value_or("(accepted)") << '\n';
+    expect_.check(refusal == expected, "a stale approval: the refusal text");
   }
 
   /// A backend shuts down: its registrations are disposed.

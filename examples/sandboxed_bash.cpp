@@ -6,8 +6,9 @@
 // model text), registers `bash` as enforced and escalatable as a real backend does, and runs
 // `bash -c COMMAND` in the session workspace under the Landlock fence of that policy. When
 // the command is refused a write, it repeats the denial and says how to retry with an
-// approved wider mode. The exit status is the command's; 126 when it could not be fenced,
-// 2 for a usage error.
+// approved wider mode, one of the owner's escalation choices. The exit status is the command's;
+// 126 when it could not be fenced, 2 for a usage error or an --approved mode that is not
+// strictly wider than the session's (refused before anything runs).
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
@@ -18,6 +19,7 @@
 #include <exception>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -138,16 +140,19 @@ std::optional<std::string> denied_path(std::string_view line) {
   return reason == std::string_view::npos ? std::nullopt : std::optional(std::string(line.substr(0, reason)));
 }
 
-/// The narrowest wider mode that would allow the denied write.
-dsh::SandboxMode wider_mode(const dsh::ResolvedPolicy& policy, const std::optional<std::string>& path) {
-  if (policy.mode == dsh::SandboxMode::read_only) {
-    dsh::ResolvedPolicy workspace = policy;
-    workspace.mode = dsh::SandboxMode::workspace_write;
-    if (!path || workspace.permits_write(*path)) {
-      return dsh::SandboxMode::workspace_write;
+/// The narrowest of the owner's escalation `choices` that is strictly wider than the call's
+/// mode (which an approval may have widened already) and would allow the denied write (any of
+/// them when the denial names no path); nullopt when none would, so no retry is offered.
+std::optional<dsh::SandboxMode> wider_mode(const dsh::ResolvedPolicy& policy, const std::optional<std::string>& path,
+                                           std::span<const dsh::SandboxMode> choices) {
+  for (const dsh::SandboxMode choice : choices) {
+    dsh::ResolvedPolicy wider = policy;
+    wider.mode = choice;
+    if (dsh::is_strictly_wider(choice, policy.mode) && (!path || wider.permits_write(*path))) {
+      return choice;
     }
   }
-  return dsh::SandboxMode::danger_full_access;
+  return std::nullopt;
 }
 
 /// Copies the command's stderr (`from`) to our stderr as it arrives; returns the first line
@@ -190,6 +195,14 @@ int run(const Options& options) {
   const dsh::Disposer enforced = owner.registerEnforcedFamily(dsh::Family::bash);
   const dsh::Disposer escalatable = owner.registerEscalatableFamily(dsh::Family::bash);
 
+  // An approval must widen this call: one that is not strictly wider than the session's mode is
+  // refused before anything runs.
+  if (options.approved) {
+    if (const std::optional<std::string> refusal = owner.validateApproval(log, dsh::Family::bash, *options.approved)) {
+      std::cerr << program_name << ": --approved refused: " << *refusal << "\n";
+      return 2;
+    }
+  }
   const dsh::ResolvedPolicy policy = owner.resolve(log, options.approved);
   const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy);
   if (options.verbose) {
@@ -212,13 +225,16 @@ int run(const Options& options) {
   const int status = dsh::FencedCommand::wait_for(child);
 
   if (denial && policy.mode != dsh::SandboxMode::danger_full_access) {
-    const dsh::SandboxMode wider = wider_mode(policy, denied_path(*denial));
     std::cerr << program_name << ": denied by the " << dsh::to_string(policy.mode)
-              << " file policy (Landlock fence): " << *denial << "\n"
-              << program_name
-              << ": if this change is required, ask for approval and re-run with a wider mode: " << program_name
-              << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(wider) << " -- "
-              << join(options.command, true) << "\n";
+              << " file policy (Landlock fence): " << *denial << "\n";
+    const std::optional<dsh::SandboxMode> wider =
+        wider_mode(policy, denied_path(*denial), owner.escalationChoices(log, dsh::Family::bash));
+    if (wider) {
+      std::cerr << program_name
+                << ": if this change is required, ask for approval and re-run with a wider mode: " << program_name
+                << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(*wider) << " -- "
+                << join(options.command, true) << "\n";
+    }
   }
   return status;
 }

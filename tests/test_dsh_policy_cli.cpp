@@ -324,6 +324,20 @@ TEST_CASE("the agent-host demo passes its own expectations and leaves a log dsh-
   CHECK(demo.status == 0);
   CHECK(demo.err.empty());
   CHECK(demo.out.ends_with("every expectation held\n"));
+  // The escalation choices a tool schema advertises: both wider modes in read-only, only
+  // danger-full-access in workspace-write, none in danger-full-access.
+  CHECK(
+      demo.out.find("\"my file policy is read-only\"\n  sandbox_permissions: filesystem "
+                    "[\"workspace-write\",\"danger-full-access\"], bash [\"workspace-write\",\"danger-full-access\"], "
+                    "terminal omitted\n") != std::string::npos);
+  CHECK(demo.out.find("\"my file policy is workspace-write\"\n  sandbox_permissions: filesystem "
+                      "[\"danger-full-access\"], bash [\"danger-full-access\"], terminal omitted\n") !=
+        std::string::npos);
+  CHECK(demo.out.find("\"my file policy is danger-full-access\"\n  sandbox_permissions: filesystem omitted, bash "
+                      "omitted, terminal omitted\n") != std::string::npos);
+  CHECK(demo.out.find("\n-- a stale bash call asks for sandbox_permissions workspace-write: refused before anything "
+                      "runs --\n  sandbox escalation to workspace-write is not strictly wider than this call's current "
+                      "workspace-write mode; approve one of: danger-full-access\n") != std::string::npos);
 
   const Run history = ws.policy({"history", "run/session.jsonl"});
   CHECK(history.status == 0);

@@ -6,6 +6,7 @@
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,4 +136,127 @@ TEST_CASE("dsh-sandboxed-bash: usage errors and unusable logs run nothing") {
   CHECK(missing.exit_code == 126);
   CHECK(missing.err.rfind(prefix + "not run: ", 0) == 0);
   CHECK(read_file(session.lab.base() / "x") == "<missing>");
+}
+
+TEST_CASE("dsh-sandboxed-bash: an --approved mode not strictly wider than the session's is refused, nothing runs") {
+  struct Case {
+    std::optional<SandboxMode> session_mode; // nullopt: the --default decides
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const std::string both = "approve one of: workspace-write, danger-full-access\n";
+  const std::string danger = "approve one of: danger-full-access\n";
+  const std::string none = "no mode is wider, so the call needs no approval\n";
+  const std::string refused = "--approved refused: sandbox escalation to ";
+  const std::vector<Case> cases{
+      {std::nullopt,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::read_only,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::workspace_write,
+       {"--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current workspace-write mode; " + danger},
+      {SandboxMode::workspace_write,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current workspace-write mode; " + danger},
+      {std::nullopt,
+       {"--default", "workspace-write", "--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current workspace-write mode; " + danger},
+      {SandboxMode::read_only, // the session's switch outranks the default
+       {"--default", "danger-full-access", "--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::danger_full_access,
+       {"--approved", "danger-full-access"},
+       refused + "danger-full-access is not strictly wider than this call's current danger-full-access mode; " + none},
+      {SandboxMode::danger_full_access,
+       {"--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current danger-full-access mode; " + none},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    const Session session;
+    if (c.session_mode) {
+      session.switch_to(*c.session_mode);
+    }
+    const std::string log_before = read_file(session.log_path);
+    const std::string inside = (session.lab.workspace() / "marker").string();
+    const std::string outside = (session.lab.outside() / "marker").string();
+    std::vector<std::string> arguments{"--log", session.log_path.string()};
+    arguments.insert(arguments.end(), c.flags.begin(), c.flags.end());
+    arguments.insert(arguments.end(), {"--", "echo ran; touch", inside, outside});
+    const Captured run = session.run(arguments);
+    CHECK(run.exit_code == 2);
+    CHECK(run.out.empty());
+    CHECK(run.err == prefix + c.message);
+    CHECK(read_file(inside) == "<missing>");
+    CHECK(read_file(outside) == "<missing>");
+    CHECK(read_file(session.log_path) == log_before);
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider than the call's") {
+  DSH_REQUIRE_LANDLOCK();
+  const std::string hint = "if this change is required, ask for approval and re-run with a wider mode: "
+                           "dsh-sandboxed-bash --log ";
+  // A denial naming a path inside the workspace, in workspace-write: the current mode is never
+  // offered again, only danger-full-access.
+  {
+    const Session session;
+    session.switch_to(SandboxMode::workspace_write);
+    const std::string denial = "bash: line 1: inside.txt: Permission denied";
+    const Captured run = session.run({"--log", session.log_path.string(), "--", "echo \"" + denial + "\" >&2; false"});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- 'echo \"" +
+                         denial + "\" >&2; false'\n");
+  }
+  // The same denial in a read-only session whose call was approved workspace-write: the approval
+  // is not offered again, although workspace-write would allow that path.
+  {
+    const Session session;
+    const std::string denial = "bash: line 1: inside.txt: Permission denied";
+    const std::string command = "echo \"" + denial + "\" >&2; false";
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- '" + command +
+                         "'\n");
+  }
+  // A read-only session whose call was approved workspace-write, refused a write outside: the
+  // hint asks for more than the approval already gave.
+  {
+    const Session session;
+    const std::string outside = (session.lab.outside() / "out.txt").string();
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", "touch", outside});
+    CHECK(run.exit_code == 1);
+    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- 'touch' '" +
+                         outside + "'\n");
+    CHECK(read_file(outside) == "<missing>");
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash: danger-full-access offers no retry, from the session or an approval") {
+  DSH_REQUIRE_LANDLOCK();
+  const std::string denial = "touch: cannot touch 'x': Permission denied";
+  const std::string command = "echo \"" + denial + "\" >&2; false";
+  {
+    const Session session;
+    session.switch_to(SandboxMode::danger_full_access);
+    const Captured run = session.run({"--log", session.log_path.string(), "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n");
+  }
+  {
+    const Session session;
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "danger-full-access", "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n");
+  }
 }

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <optional>
 #include <ranges>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -230,6 +231,37 @@ inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
 /// Returns the family spelled exactly `text` (case-sensitive, no trimming), or nullopt.
 [[nodiscard]] constexpr std::optional<Family> parse_family(std::string_view text) noexcept {
   return detail::enum_parse<Family>(text);
+}
+
+namespace detail {
+
+/// Returns the breadth of `mode`: its position in SANDBOX_MODES (0 is the narrowest), or
+/// SANDBOX_MODES.size() for a value outside the enum.
+[[nodiscard]] constexpr std::size_t mode_rank(SandboxMode mode) noexcept {
+  std::size_t rank = 0;
+  while (rank < SANDBOX_MODES.size() && SANDBOX_MODES[rank] != mode) {
+    ++rank;
+  }
+  return rank;
+}
+
+} // namespace detail
+
+/// Returns true if `mode` lets a call modify strictly more than `than` (read-only <
+/// workspace-write < danger-full-access); false when they are equal, when `mode` is narrower,
+/// and when either is a value outside the enum.
+[[nodiscard]] constexpr bool is_strictly_wider(SandboxMode mode, SandboxMode than) noexcept {
+  const std::size_t rank = detail::mode_rank(mode);
+  const std::size_t than_rank = detail::mode_rank(than);
+  return rank < SANDBOX_MODES.size() && than_rank < rank;
+}
+
+/// Returns the modes strictly wider than `mode`, narrowest first: a view of SANDBOX_MODES
+/// (static storage). Empty for danger-full-access and for a value outside the enum.
+[[nodiscard]] constexpr std::span<const SandboxMode> wider_modes(SandboxMode mode) noexcept {
+  const std::size_t rank = detail::mode_rank(mode);
+  return rank < SANDBOX_MODES.size() ? std::span<const SandboxMode>(SANDBOX_MODES).subspan(rank + 1)
+                                     : std::span<const SandboxMode>();
 }
 
 /// Stores the mode's string in `json`.
@@ -1215,6 +1247,50 @@ namespace detail {
 
 namespace detail {
 
+/// Appends the name of `value`, or `a family outside the vocabulary (7)` (with the enum's own
+/// `what`) for a value outside the enum.
+template <TabledEnum E> void append_enum_label(std::string& out, E value) {
+  const std::string_view name = enum_name(value);
+  if (name.empty()) {
+    out.append(EnumTable<E>::what).append(" outside the vocabulary (");
+    out.append(std::to_string(static_cast<int>(value))).append(")");
+  } else {
+    out.append(name);
+  }
+}
+
+/// The one text of a refused sandbox escalation (see `PolicyOwner::validateApproval`): either
+/// `sandbox escalation to <approved> is not offered for <family>: that family is not both
+/// enforced and escalatable` (when `offered` is false), or `sandbox escalation to <approved> is
+/// not strictly wider than this call's current <current> mode; ` followed by `approve one of:
+/// <the wider modes, comma-separated>` or, in the widest mode, `no mode is wider, so the call
+/// needs no approval`.
+[[nodiscard]] inline std::string escalation_refusal(SandboxMode approved, SandboxMode current, Family family,
+                                                    bool offered) {
+  std::string text = "sandbox escalation to ";
+  append_enum_label(text, approved);
+  if (!offered) {
+    text += " is not offered for ";
+    append_enum_label(text, family);
+    text += ": that family is not both enforced and escalatable";
+    return text;
+  }
+  text += " is not strictly wider than this call's current ";
+  append_enum_label(text, current);
+  text += " mode; ";
+  const std::span<const SandboxMode> wider = wider_modes(current);
+  if (wider.empty()) {
+    text += "no mode is wider, so the call needs no approval";
+    return text;
+  }
+  text += "approve one of: ";
+  const char* separator = "";
+  for (const SandboxMode mode : wider) {
+    text.append(std::exchange(separator, ", ")).append(to_string(mode));
+  }
+  return text;
+}
+
 /// What a `Disposer` takes back.
 enum class Contribution : std::uint8_t { enforced, escalatable, listener };
 
@@ -1438,6 +1514,47 @@ public:
   /// Returns the families both enforced and escalatable.
   [[nodiscard]] FamilySet escalatableFamilies() const { return registry_->families().second; }
 
+  /// Returns the escalation choices of a call of `family` in `session`: the modes the call may
+  /// ask the user to approve, which are exactly the modes strictly wider than the mode
+  /// `resolve(session)` decides, narrowest first (a view of SANDBOX_MODES, static storage). Empty
+  /// when `family` is not both enforced and escalatable (a family outside the enum is neither),
+  /// and in danger-full-access. A tool's `sandbox_permissions` enum is these modes, and the
+  /// parameter is omitted when there are none. Throws what `resolve(session)` throws, whatever
+  /// the family.
+  template <SessionLike S>
+  [[nodiscard]] std::span<const SandboxMode> escalationChoices(const S& session, Family family) const {
+    const SandboxMode current = decide_mode(session, std::nullopt).first;
+    return escalatableFamilies().contains(family) ? wider_modes(current) : std::span<const SandboxMode>();
+  }
+
+  /// Checks an approval before it is used. Returns nullopt if `approved` is one of
+  /// `escalationChoices(session, family)`; otherwise the refusal text, which names both modes:
+  /// `sandbox escalation to <approved> is not strictly wider than this call's current <current>
+  /// mode; approve one of: <choices>` (`; no mode is wider, so the call needs no approval` in
+  /// danger-full-access), or, when `family` is not both enforced and escalatable,
+  /// `sandbox escalation to <approved> is not offered for <family>: that family is not both
+  /// enforced and escalatable`. An approval equal to the current mode or narrower is refused
+  /// rather than repeating or narrowing it. Throws what `resolve(session)` throws.
+  template <SessionLike S> [[nodiscard]] std::optional<std::string> validateApproval(const S& session, Family family,
+                                                                                     SandboxMode approved) const {
+    return approval_refusal(family, approved, decide_mode(session, std::nullopt).first);
+  }
+
+  /// Resolves a call of `family` in `session` with an approved escalation, checked first:
+  /// returns `resolve(session, approved)` when `validateApproval` accepts `approved`; throws
+  /// ConfigError with `validateApproval`'s refusal text otherwise, and what `resolve(session)`
+  /// throws. The session's mode is read once, so the check and the resolved policy cannot
+  /// disagree. `resolve(session, approved)` keeps its precedence (the approval wins, unchecked)
+  /// for callers that check on their own.
+  template <SessionLike S>
+  [[nodiscard]] ResolvedPolicy resolveApproved(const S& session, Family family, SandboxMode approved) const {
+    if (std::optional<std::string> refusal =
+            approval_refusal(family, approved, decide_mode(session, std::nullopt).first)) {
+      throw ConfigError(*refusal);
+    }
+    return resolve(session, approved);
+  }
+
   /// Returns the `sandbox:policy` contribution for `session`: "" when no family is enforced,
   /// otherwise `render_policy_context(resolve(session), ...)`. Throws what `resolve` throws.
   template <SessionLike S> [[nodiscard]] std::string context(const S& session) const {
@@ -1470,6 +1587,17 @@ private:
     }
     detail::require_valid_root(*root);
     return canonical_path(*root);
+  }
+
+  /// The refusal text of `approved` for a call of `family` whose current mode is `current`, or
+  /// nullopt when it is one of that call's escalation choices.
+  [[nodiscard]] std::optional<std::string> approval_refusal(Family family, SandboxMode approved,
+                                                            SandboxMode current) const {
+    const bool offered = escalatableFamilies().contains(family);
+    if (offered && is_strictly_wider(approved, current)) {
+      return std::nullopt;
+    }
+    return detail::escalation_refusal(approved, current, family, offered);
   }
 
   /// The mode of a call and which input decided it (docs/contract.md#precedence).
