@@ -623,15 +623,22 @@ namespace detail {
 #endif
 }
 
-/// The guards of a workspace-write fence: the workspace root and, when given, the session
-/// cwd as spelled, the session log, an absolute $TMPDIR, the running host executable and
-/// the host's protected paths.
+/// The guards of a workspace-write fence, in the order a refusal names them: the running
+/// host executable, an absolute $TMPDIR, the workspace root and, when given, the session cwd
+/// as spelled, the session log and the host's protected paths.
 [[nodiscard]] inline std::vector<Guard> workspace_guards(const ResolvedPolicy& policy, const FenceOptions& options,
                                                          const char* tmpdir) {
   const auto named = [](std::string_view what, const std::filesystem::path& path) {
     return std::string(what) + " " + json_string_literal(path.native());
   };
   std::vector<Guard> guards;
+  const std::filesystem::path host = canonical_path("/proc/self/exe");
+  guards.push_back(make_guard(named("the host executable", host), host, true));
+  // Even a $TMPDIR that is not granted now decides later calls: replaced by a link into
+  // /tmp, it would be granted next time.
+  if (tmpdir != nullptr && *tmpdir == '/') {
+    guards.push_back(make_guard(named("$TMPDIR", tmpdir), tmpdir, false));
+  }
   guards.push_back(make_guard(named("the workspace root", policy.workspace_root), policy.workspace_root, false));
   if (!options.session_cwd.empty()) {
     guards.push_back(make_guard(named("the session cwd", options.session_cwd), options.session_cwd, false));
@@ -639,13 +646,6 @@ namespace detail {
   if (!options.session_log.empty()) {
     guards.push_back(make_guard(named("the session log", options.session_log), options.session_log, true));
   }
-  // Even a $TMPDIR that is not granted now decides later calls: replaced by a link into
-  // /tmp, it would be granted next time.
-  if (tmpdir != nullptr && *tmpdir == '/') {
-    guards.push_back(make_guard(named("$TMPDIR", tmpdir), tmpdir, false));
-  }
-  const std::filesystem::path host = canonical_path("/proc/self/exe");
-  guards.push_back(make_guard(named("the host executable", host), host, true));
   for (const std::filesystem::path& path : options.protected_paths) {
     guards.push_back(make_guard(named("the protected path", path), path, true));
   }
