@@ -7,8 +7,9 @@
 // `bash -c COMMAND` in the session workspace under the Landlock fence of that policy. When
 // the command is refused a write, it repeats the denial and says how to retry with an
 // approved wider mode, one of the owner's escalation choices. The exit status is the command's;
-// 126 when it could not be fenced, 2 for a usage error or an --approved mode that is not
-// strictly wider than the session's (refused before anything runs).
+// 126 when it could not be fenced (including a workspace whose grant would let the command change
+// this log or the workspace entry, which decide the next call), 2 for a usage error or an
+// --approved mode that is not strictly wider than the session's (refused before anything runs).
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
@@ -204,7 +205,14 @@ int run(const Options& options) {
     }
   }
   const dsh::ResolvedPolicy policy = owner.resolve(log, options.approved);
-  const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy);
+  // What decides the next call (this log, the workspace as the header spells it) must stay
+  // out of the command's reach; prepare refuses a workspace grant that would expose it.
+  dsh::FenceOptions fence_options;
+  fence_options.session_log = options.log;
+  if (log.header().cwd) {
+    fence_options.session_cwd = *log.header().cwd;
+  }
+  const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy, fence_options);
   if (options.verbose) {
     std::cerr << program_name << ": model text: " << owner.context(log) << "\n"
               << program_name << ": fence: " << fence.report().describe() << "\n";

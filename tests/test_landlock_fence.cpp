@@ -91,7 +91,10 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                            (abi < 3 ? "; not enforceable on this kernel: " +
                                           dsh::landlock_rights_to_string(dsh::landlock_write_rights(3) & ~handled)
                                     : std::string()) +
-                           "; granted: ";
+                           (abi >= 6 ? "; scoped: signal,abstract_unix_socket" : "") + "; granted: ";
+  const std::string scope_note = abi >= 6 ? std::string()
+                                          : "; signals and abstract unix sockets are not scoped: Landlock ABI " +
+                                                std::to_string(abi) + " cannot (ABI 6, Linux 6.12, can)";
   const std::string devices = "\"/dev/null\" (" + dsh::landlock_rights_to_string(device_rights) + "); \"/dev/zero\" (" +
                               dsh::landlock_rights_to_string(device_rights) + "); \"/dev/full\" (" +
                               dsh::landlock_rights_to_string(device_rights) + ")";
@@ -108,13 +111,15 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.grants[0] == dsh::FenceGrant{"/dev/null", device_rights});
     CHECK(report.grants[1] == dsh::FenceGrant{"/dev/zero", device_rights});
     CHECK(report.grants[2] == dsh::FenceGrant{"/dev/full", device_rights});
-    CHECK(report.notes.empty());
-    CHECK(report.describe() == "enforced read-only" + head + devices);
+    CHECK(report.scoped == (abi >= 6 ? dsh::landlock_scope_signal | dsh::landlock_scope_abstract_unix_socket : 0));
+    CHECK(report.handled_net == 0);
+    CHECK(report.notes.size() == (abi >= 6 ? 0U : 1U));
+    CHECK(report.describe() == "enforced read-only" + head + devices + scope_note);
   }
-  SECTION("workspace-write adds the root and the temporary areas with every handled right") {
+  SECTION("workspace-write adds the root and the temporary areas with every handled right but device nodes") {
     const char* saved = std::getenv("TMPDIR");
     const std::string saved_value = saved != nullptr ? saved : "";
-    const std::filesystem::path own_tmp = lab.base() / "own-tmp";
+    const std::filesystem::path own_tmp = lab.base() / "own-tmp"; // outside every platform area
     std::filesystem::create_directory(own_tmp);
     ::setenv("TMPDIR", own_tmp.c_str(), 1);
     const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
@@ -124,24 +129,37 @@ TEST_CASE("the report says what the fence enforces in each mode") {
       ::unsetenv("TMPDIR");
     }
     const dsh::FenceReport& report = fence.report();
+    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_node_rights();
     CHECK(report.status == FenceStatus::enforced);
     CHECK(report.handled == handled);
     std::vector<dsh::FenceGrant> expected{{"/dev/null", device_rights},
                                           {"/dev/zero", device_rights},
                                           {"/dev/full", device_rights},
-                                          {lab.workspace(), handled}};
+                                          {lab.workspace(), directory_rights}};
+    const std::string all_but_devices = " (all handled but make_char,make_block)";
     std::string expected_text = "enforced workspace-write" + head + devices + "; " +
-                                dsh::json_string_literal(lab.workspace().native()) + " (all handled)";
+                                dsh::json_string_literal(lab.workspace().native()) + all_but_devices;
+    std::string expected_notes = scope_note;
+    // An area is granted unless it holds this test's own executable (a build tree under /tmp):
+    // the running host executable decides later calls.
+    const std::filesystem::path host = dsh::canonical_path("/proc/self/exe");
     for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
-      if (std::filesystem::is_directory(area)) {
-        expected.push_back({dsh::canonical_path(area), handled});
-        expected_text += "; " + dsh::json_string_literal(dsh::canonical_path(area).native()) + " (all handled)";
+      const std::filesystem::path canonical = dsh::canonical_path(area);
+      if (!std::filesystem::is_directory(area)) {
+        expected_notes += "; skipped " + dsh::json_string_literal(canonical.native()) + ": No such file or directory";
+      } else if (dsh::detail::is_within(host, canonical)) {
+        expected_notes += "; skipped " + dsh::json_string_literal(canonical.native()) +
+                          ": the command could change the host executable " + dsh::json_string_literal(host.native()) +
+                          ", which decides later calls";
+      } else {
+        expected.push_back({canonical, directory_rights});
+        expected_text += "; " + dsh::json_string_literal(canonical.native()) + all_but_devices;
       }
     }
-    expected.push_back({own_tmp, handled});
-    expected_text += "; " + dsh::json_string_literal(own_tmp.native()) + " (all handled)";
+    expected_notes +=
+        "; skipped $TMPDIR " + dsh::json_string_literal(own_tmp.native()) + ": not beneath /tmp, /var/tmp or /dev/shm";
     CHECK(report.grants == expected);
-    CHECK(report.describe() == expected_text);
+    CHECK(report.describe() == expected_text + expected_notes);
   }
   SECTION("danger-full-access applies nothing") {
     const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
@@ -182,9 +200,16 @@ TEST_CASE("each mode writes exactly where its model text says") {
       const dsh::ResolvedPolicy policy = lab.policy(row.mode);
       REQUIRE(dsh::render_policy_context(policy, dsh::FamilySet{dsh::Family::bash}, dsh::FamilySet{}) == row.text);
       const PreparedFence fence = PreparedFence::prepare(policy);
+      // The temporary area is writable where the report grants it (see test_landlock_redteam_policy
+      // for when it does not); read-only never grants it, danger-full-access always allows it.
+      if (row.mode == SandboxMode::read_only) {
+        CHECK_FALSE(dsh::test::grants_directory_of(fence.report(), lab.tmp_area()));
+      }
+      const bool tmp_allowed = row.mode == SandboxMode::danger_full_access ||
+                               (row.tmp && dsh::test::grants_directory_of(fence.report(), lab.tmp_area()));
       const std::vector<std::pair<std::filesystem::path, bool>> targets{
           {lab.workspace() / "written.txt", row.workspace},
-          {lab.tmp_area() / "written.txt", row.tmp},
+          {lab.tmp_area() / "written.txt", tmp_allowed},
           {lab.outside() / "written.txt", row.outside},
       };
       for (const auto& [target, allowed] : targets) {
@@ -280,32 +305,62 @@ TEST_CASE("an approved wider mode widens exactly the call it was approved for") 
   CHECK(session.events().empty()); // approving never switches the session
 }
 
-TEST_CASE("$TMPDIR is granted when it is set and exists, never when it is the filesystem root") {
+TEST_CASE("$TMPDIR is granted only when absolute, existing and beneath /tmp, /var/tmp or /dev/shm") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
   const dsh::detail::LandlockProbe probe = dsh::detail::probe_landlock();
-  const std::filesystem::path own_tmp = lab.base() / "own-tmp";
-  std::filesystem::create_directory(own_tmp);
-
-  const PreparedFence with_tmpdir = dsh::detail::prepare_fence(policy, {}, probe, own_tmp.c_str());
-  CHECK(with_tmpdir.report().grants.back() == dsh::FenceGrant{own_tmp, with_tmpdir.report().handled});
-  CHECK(bash_creates(with_tmpdir, lab, own_tmp / "t.txt") == 0);
   const PreparedFence without = dsh::detail::prepare_fence(policy, {}, probe, nullptr);
-  CHECK(bash_creates(without, lab, own_tmp / "u.txt") == 1);
+  const auto notes_after = [&without](const PreparedFence& fence) {
+    const std::vector<std::string>& notes = fence.report().notes;
+    return std::vector<std::string>(notes.begin() + static_cast<std::ptrdiff_t>(without.report().notes.size()),
+                                    notes.end());
+  };
 
-  const std::filesystem::path missing = lab.base() / "no-such-tmp";
-  const PreparedFence with_missing = dsh::detail::prepare_fence(policy, {}, probe, missing.c_str());
-  CHECK(with_missing.report().grants.size() == without.report().grants.size());
-  CHECK(with_missing.report().notes ==
-        std::vector<std::string>{"skipped " + dsh::json_string_literal(missing.native()) +
-                                 ": No such file or directory"});
-
-  const PreparedFence with_root = dsh::detail::prepare_fence(policy, {}, probe, "/");
-  CHECK(with_root.report().grants.size() == without.report().grants.size());
-  CHECK(with_root.report().notes ==
-        std::vector<std::string>{"skipped \"/\": a temporary area at the filesystem root would lift the fence"});
-  CHECK(bash_creates(with_root, lab, lab.outside() / "root.txt") == 1);
+  SECTION("a directory beneath /tmp is granted, and /tmp no longer is: its entry there decides later calls") {
+    const dsh::test::TempDir in_tmp("/tmp");
+    const std::filesystem::path own_tmp = dsh::canonical_path(in_tmp.path()) / "tmpdir";
+    std::filesystem::create_directory(own_tmp);
+    const PreparedFence with_tmpdir = dsh::detail::prepare_fence(policy, {}, probe, own_tmp.c_str());
+    CHECK(with_tmpdir.report().grants.back() ==
+          dsh::FenceGrant{own_tmp, with_tmpdir.report().handled & ~dsh::landlock_device_node_rights()});
+    CHECK_FALSE(dsh::test::grants_directory_of(with_tmpdir.report(), in_tmp.path()));
+    CHECK(bash_creates(with_tmpdir, lab, own_tmp / "t.txt") == 0);
+    CHECK(bash(with_tmpdir, "mv " + own_tmp.string() + " " + own_tmp.string() + ".old", lab.workspace(), lab.base())
+              .exit_code == 1);
+    CHECK(std::filesystem::is_directory(own_tmp));
+    CHECK(read_file(own_tmp / "t.txt") == "new");
+  }
+  SECTION("an outside directory, a missing one, a relative one and the filesystem root are never granted") {
+    const std::filesystem::path own_tmp = lab.base() / "own-tmp";
+    std::filesystem::create_directory(own_tmp);
+    const std::filesystem::path missing = lab.base() / "no-such-tmp";
+    const std::vector<std::pair<std::string, std::string>> rows{
+        {own_tmp.string(), "not beneath /tmp, /var/tmp or /dev/shm"},
+        {missing.string(), "not beneath /tmp, /var/tmp or /dev/shm"},
+        {"/", "not beneath /tmp, /var/tmp or /dev/shm"},
+        {".", "not an absolute path"},
+        {"tmp", "not an absolute path"},
+    };
+    for (const auto& [value, why] : rows) {
+      CAPTURE(value);
+      const PreparedFence fence = dsh::detail::prepare_fence(policy, {}, probe, value.c_str());
+      CHECK(fence.report().grants == without.report().grants);
+      CHECK(notes_after(fence) ==
+            std::vector<std::string>{"skipped $TMPDIR " + dsh::json_string_literal(value) + ": " + why});
+    }
+    const PreparedFence outside = dsh::detail::prepare_fence(policy, {}, probe, own_tmp.c_str());
+    CHECK(bash_creates(outside, lab, own_tmp / "u.txt") == 1);
+    CHECK(read_file(own_tmp / "u.txt") == "<missing>");
+  }
+  SECTION("a missing directory beneath /tmp is reported as missing") {
+    const dsh::test::TempDir in_tmp("/tmp");
+    const std::filesystem::path missing = dsh::canonical_path(in_tmp.path()) / "gone";
+    const PreparedFence fence = dsh::detail::prepare_fence(policy, {}, probe, missing.c_str());
+    const std::vector<std::string> notes = notes_after(fence);
+    CHECK(notes.back() ==
+          "skipped $TMPDIR " + dsh::json_string_literal(missing.native()) + ": No such file or directory");
+  }
 }
 
 TEST_CASE("without Landlock the fence fails closed unless running unfenced is allowed") {

@@ -112,7 +112,8 @@ TEST_CASE("permits_write is stricter than the fence on the platform temporary ar
   const Lab lab;
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
   const PreparedFence fence = PreparedFence::prepare(policy);
-  const std::filesystem::path in_tmp = lab.tmp_area() / "scratch.txt";
+  const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(fence.report(), lab.workspace());
+  const std::filesystem::path in_tmp = scratch / "scratch.txt";
   // The model text says "Some platform temporary areas may also be writable": the bash and
   // terminal fence grants them, the in-process write and edit tools stay inside the root.
   CHECK_FALSE(policy.permits_write(in_tmp));

@@ -84,6 +84,32 @@ inline int fenced(const PreparedFence& fence, const std::function<int()>& body) 
 /// `in_child` without any fence: the control run that shows an operation is possible at all.
 inline int unfenced(const std::function<int()>& body) { return in_child(nullptr, body); }
 
+/// True when `report` grants a directory that `path` lies beneath or at: whether a fenced
+/// write there is allowed. The tests ask the report instead of assuming a temporary area is
+/// granted, because an area holding what decides a later call (the test executable itself,
+/// when the build tree is under /tmp; a log; $TMPDIR's entry) is not.
+inline bool grants_directory_of(const FenceReport& report, const std::filesystem::path& path) {
+  const std::filesystem::path canonical = canonical_path(path);
+  for (const FenceGrant& grant : report.grants) {
+    if (std::filesystem::is_directory(grant.path) && detail::is_within(canonical, grant.path)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// A fresh scratch directory (removed on destruction) inside the first directory `report`
+/// grants other than `workspace`: a temporary area the fence really grants. Throws when it
+/// grants none.
+inline TempDir scratch_in_granted_area(const FenceReport& report, const std::filesystem::path& workspace) {
+  for (const FenceGrant& grant : report.grants) {
+    if (std::filesystem::is_directory(grant.path) && grant.path != workspace) {
+      return TempDir(grant.path);
+    }
+  }
+  throw std::runtime_error("the fence grants no temporary area: " + report.describe());
+}
+
 /// Creates (truncating) `path` with `content`; throws on failure.
 inline void write_file(const std::filesystem::path& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

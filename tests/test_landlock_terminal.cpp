@@ -66,7 +66,8 @@ TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
   const Lab lab;
   const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
   const std::string outside = (lab.outside() / "out.txt").string();
-  const std::string tmp = (lab.tmp_area() / "t.txt").string();
+  const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(fence.report(), lab.workspace());
+  const std::string tmp = (scratch / "t.txt").string();
   const auto [screen, status] = terminal_session(fence, lab.workspace(),
                                                  "echo typed > inside.txt; echo \"inside=$?\"\n"
                                                  "echo typed > " +
@@ -86,7 +87,7 @@ TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
   CHECK(shows(screen, "24 200")); // terminal ioctls on the inherited terminal work
   CHECK(shows(screen, "tty=0"));
   CHECK(read_file(lab.workspace() / "inside.txt") == "typed\n");
-  CHECK(read_file(lab.tmp_area() / "t.txt") == "typed\n");
+  CHECK(read_file(tmp) == "typed\n");
   CHECK(read_file(outside) == "<missing>");
 }
 

@@ -16,12 +16,15 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -107,6 +110,29 @@ inline constexpr std::array<LandlockRight, 12> LANDLOCK_WRITE_RIGHTS{{
   return rights;
 }
 
+/// make_char and make_block: creating a device node is never granted, in any grant, so that
+/// a fenced command cannot make a node for a disk (or any device) and write through it.
+[[nodiscard]] constexpr std::uint64_t landlock_device_node_rights() noexcept {
+  std::uint64_t rights = 0;
+  for (const LandlockRight& right : LANDLOCK_WRITE_RIGHTS) {
+    if (right.name == "make_char" || right.name == "make_block") {
+      rights |= right.bit;
+    }
+  }
+  return rights;
+}
+
+/// LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (Landlock ABI 6): no connecting to an abstract unix
+/// socket that a process outside the fenced command's own domain listens on.
+inline constexpr std::uint64_t landlock_scope_abstract_unix_socket = 1ULL << 0;
+/// LANDLOCK_SCOPE_SIGNAL (Landlock ABI 6): no signals to processes outside the fenced
+/// command's own domain (its own children stay reachable).
+inline constexpr std::uint64_t landlock_scope_signal = 1ULL << 1;
+/// LANDLOCK_ACCESS_NET_BIND_TCP (Landlock ABI 4).
+inline constexpr std::uint64_t landlock_net_bind_tcp = 1ULL << 0;
+/// LANDLOCK_ACCESS_NET_CONNECT_TCP (Landlock ABI 4).
+inline constexpr std::uint64_t landlock_net_connect_tcp = 1ULL << 1;
+
 /// Names of the rights in `rights`, in table order, joined by ","; bits outside the table
 /// are written as `bit<N>`. Returns "" for 0.
 [[nodiscard]] inline std::string landlock_rights_to_string(std::uint64_t rights) {
@@ -166,11 +192,13 @@ struct FenceReport {
   int abi = 0;                                ///< the running kernel's Landlock ABI, 0 when unavailable
   std::uint64_t handled = 0;                  ///< rights denied everywhere except beneath `grants`
   std::uint64_t unenforced = 0;   ///< write rights this library knows but the kernel's ABI does not: NOT restricted
+  std::uint64_t scoped = 0;       ///< landlock_scope_* bits in force (ABI 6+): signals, abstract unix sockets
+  std::uint64_t handled_net = 0;  ///< landlock_net_* bits refused everywhere (FenceOptions::deny_tcp)
   std::vector<FenceGrant> grants; ///< in the order the rules were added
-  std::vector<std::string> notes; ///< skipped temporary areas or devices, and why; the reason when unfenced
+  std::vector<std::string> notes; ///< areas or devices not granted and why; missing scopes; the reason when unfenced
 
-  /// One line: status, mode, ABI, handled and unenforced rights, grants and notes; paths as
-  /// JSON string literals.
+  /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
+  /// grants and notes; paths as JSON string literals.
   [[nodiscard]] std::string describe() const {
     std::string text = std::string(to_string(status)) + " " + std::string(to_string(mode));
     if (abi > 0) {
@@ -181,12 +209,22 @@ struct FenceReport {
       if (unenforced != 0) {
         text += "; not enforceable on this kernel: " + landlock_rights_to_string(unenforced);
       }
+      if (scoped != 0) {
+        text +=
+            "; scoped: " + std::string((scoped & landlock_scope_signal) != 0 ? "signal" : "") +
+            ((scoped & landlock_scope_signal) != 0 && (scoped & landlock_scope_abstract_unix_socket) != 0 ? "," : "") +
+            ((scoped & landlock_scope_abstract_unix_socket) != 0 ? "abstract_unix_socket" : "");
+      }
+      if (handled_net != 0) {
+        text +=
+            "; refused: " + std::string((handled_net & landlock_net_bind_tcp) != 0 ? "bind_tcp" : "") +
+            ((handled_net & landlock_net_bind_tcp) != 0 && (handled_net & landlock_net_connect_tcp) != 0 ? "," : "") +
+            ((handled_net & landlock_net_connect_tcp) != 0 ? "connect_tcp" : "");
+      }
       text += "; granted:";
       for (std::size_t i = 0; i < grants.size(); ++i) {
-        text +=
-            (i == 0 ? " " : "; ") + json_string_literal(grants[i].path.native()) + " (" +
-            (grants[i].rights == handled ? std::string("all handled") : landlock_rights_to_string(grants[i].rights)) +
-            ")";
+        text += (i == 0 ? " " : "; ") + json_string_literal(grants[i].path.native()) + " (" +
+                rights_of_grant(grants[i].rights) + ")";
       }
       if (grants.empty()) {
         text += " nothing";
@@ -197,13 +235,51 @@ struct FenceReport {
     }
     return text;
   }
+
+private:
+  /// "all handled", "all handled but X,Y" when only a few handled rights are missing, else the list.
+  [[nodiscard]] std::string rights_of_grant(std::uint64_t rights) const {
+    if (rights == handled) {
+      return "all handled";
+    }
+    const std::uint64_t missing = handled & ~rights;
+    if ((rights & ~handled) == 0 && std::popcount(missing) < std::popcount(rights)) {
+      return "all handled but " + landlock_rights_to_string(missing);
+    }
+    return landlock_rights_to_string(rights);
+  }
 };
 
 /// Options for `PreparedFence::prepare`.
+///
+/// The paths below decide later calls: a fenced command must never be able to change them,
+/// or it could widen the policy of the next call (forge a mode switch in the session log,
+/// swap the workspace for a symbolic link to "/", replace the host). In workspace-write the
+/// fence therefore grants no temporary area or extra directory that would make one of them
+/// (its content or any directory entry on the way to it) changeable, and refuses a
+/// workspace root that would.
 struct FenceOptions {
   /// When Landlock is unavailable (old or misconfigured kernel, non-Linux system), prepare
   /// an `unfenced` fence instead of throwing. Off by default: the fence fails closed.
   bool allow_unfenced = false;
+  /// The session log the policy was resolved from, as the host opens it (empty: none). Its
+  /// bytes and every directory entry on the way to it are protected.
+  std::filesystem::path session_log{};
+  /// The session cwd as the log's header spells it (empty: none). Every directory entry on
+  /// the way to it, through symbolic links as spelled, is protected.
+  std::filesystem::path session_cwd{};
+  /// The host's own configuration and state, files or directories: their content and every
+  /// directory entry on the way to them are protected. (The running executable always is.)
+  std::vector<std::filesystem::path> protected_paths{};
+  /// Directories to grant in workspace-write beyond the workspace and the temporary areas,
+  /// absolute; each is granted only under the same rule as a temporary area (skipped, with a
+  /// note, when it is missing or would expose a protected path). The model text does not
+  /// mention them: grant only what the host tells the model about itself.
+  std::vector<std::filesystem::path> extra_writable{};
+  /// Refuse every TCP bind and connect in read-only and workspace-write (Landlock ABI 4,
+  /// Linux 6.7; prepare throws LandlockError on an older kernel). Off by default: the model
+  /// text says nothing about the network.
+  bool deny_tcp = false;
 };
 
 /// The outcome of `PreparedFence::apply`: `error` is 0 on success, otherwise the errno of
@@ -241,10 +317,21 @@ inline constexpr long sys_landlock_restrict_self = 446;
 inline constexpr unsigned landlock_create_ruleset_version = 1U << 0;
 inline constexpr int landlock_rule_path_beneath = 1;
 
-/// struct landlock_ruleset_attr as ABI 1 defines it; later kernels accept the short form.
+/// struct landlock_ruleset_attr as ABI 6 defines it. The size passed to the kernel is that
+/// of the fields its ABI knows (`ruleset_attr_size`).
 struct RulesetAttr {
-  std::uint64_t handled_access_fs;
+  std::uint64_t handled_access_fs;  ///< ABI 1
+  std::uint64_t handled_access_net; ///< ABI 4
+  std::uint64_t scoped;             ///< ABI 6
 };
+
+/// The size of struct landlock_ruleset_attr on a kernel with Landlock ABI `abi`.
+[[nodiscard]] constexpr std::size_t ruleset_attr_size(int abi) noexcept {
+  if (abi >= 6) {
+    return sizeof(RulesetAttr);
+  }
+  return abi >= 4 ? offsetof(RulesetAttr, scoped) : offsetof(RulesetAttr, handled_access_net);
+}
 
 /// struct landlock_path_beneath_attr (packed, 12 bytes).
 struct __attribute__((packed)) PathBeneathAttr {
@@ -288,27 +375,125 @@ struct __attribute__((packed)) PathBeneathAttr {
 #endif
 }
 
-/// The platform temporary areas the workspace-write fence may grant, canonical and without
-/// duplicates: /tmp, /var/tmp, /dev/shm and `tmpdir` when it is non-null and non-empty.
-/// Existence is not checked here.
-[[nodiscard]] inline std::vector<std::filesystem::path> temporary_areas(const char* tmpdir) {
+/// The platform temporary areas the workspace-write fence may grant: /tmp, /var/tmp and
+/// /dev/shm, canonical and without duplicates.
+[[nodiscard]] inline std::vector<std::filesystem::path> platform_temporary_areas() {
   std::vector<std::filesystem::path> areas;
-  const auto add = [&areas](const std::filesystem::path& candidate) {
-    std::filesystem::path area = canonical_path(candidate);
-    for (const std::filesystem::path& known : areas) {
-      if (known == area) {
-        return;
-      }
+  for (const char* spelled : {"/tmp", "/var/tmp", "/dev/shm"}) {
+    std::filesystem::path area = canonical_path(spelled);
+    if (std::find(areas.begin(), areas.end(), area) == areas.end()) {
+      areas.push_back(std::move(area));
     }
-    areas.push_back(std::move(area));
-  };
-  add("/tmp");
-  add("/var/tmp");
-  add("/dev/shm");
-  if (tmpdir != nullptr && *tmpdir != '\0') {
-    add(tmpdir);
   }
   return areas;
+}
+
+/// Why `tmpdir` (the value of $TMPDIR) may not be granted, or "" when it may: it must be an
+/// absolute path whose canonical path lies beneath one of `platform_temporary_areas()`.
+/// Existence is not checked here.
+[[nodiscard]] inline std::string tmpdir_ineligible(std::string_view tmpdir) {
+  if (!tmpdir.starts_with('/')) {
+    return "not an absolute path";
+  }
+  if (tmpdir.find('\0') != std::string_view::npos) {
+    return "holds a NUL character";
+  }
+  const std::filesystem::path canonical = canonical_path(std::string(tmpdir));
+  for (const std::filesystem::path& area : platform_temporary_areas()) {
+    if (is_within(canonical, area)) {
+      return {};
+    }
+  }
+  return (canonical.native() == tmpdir ? std::string("not")
+                                       : "its canonical path " + json_string_literal(canonical.native()) + " is not") +
+         " beneath /tmp, /var/tmp or /dev/shm";
+}
+
+/// The temporary areas the workspace-write fence may grant, canonical and without
+/// duplicates: `platform_temporary_areas()`, then `tmpdir` when it is non-null and eligible
+/// (`tmpdir_ineligible`). Existence is not checked here.
+[[nodiscard]] inline std::vector<std::filesystem::path> temporary_areas(const char* tmpdir) {
+  std::vector<std::filesystem::path> areas = platform_temporary_areas();
+  if (tmpdir != nullptr && tmpdir_ineligible(tmpdir).empty()) {
+    std::filesystem::path area = canonical_path(tmpdir);
+    if (std::find(areas.begin(), areas.end(), area) == areas.end()) {
+      areas.push_back(std::move(area));
+    }
+  }
+  return areas;
+}
+
+/// A path whose state decides a later call's policy, and what a grant must not reach of it.
+struct Guard {
+  std::string what;                           ///< for messages: "the session log \"/x/s.jsonl\""
+  bool content = false;                       ///< its bytes (or, for a directory, its entries) decide too
+  std::filesystem::path canonical;            ///< its canonical path, where `content` is checked
+  std::vector<std::filesystem::path> entries; ///< every directory entry the kernel reads to resolve it
+};
+
+/// Appends to `entries` each directory entry that resolving `spelled` reads, as
+/// "<canonical directory>/<name>": the components as spelled and, for every symbolic link
+/// met, the components of its target, at most `links` links in all (the kernel's limit).
+/// `..` reads no entry that a write can replace, so it adds none.
+inline void append_resolution_entries(const std::string& spelled, std::vector<std::filesystem::path>& entries,
+                                      int& links) {
+  const std::filesystem::path absolute = absolute_native(spelled);
+  std::filesystem::path prefix = absolute.root_path();
+  for (const std::filesystem::path& part : absolute.relative_path()) {
+    if (part.empty() || part == ".") {
+      continue;
+    }
+    if (part == "..") {
+      prefix /= part;
+      continue;
+    }
+    const std::filesystem::path directory = canonical_path(prefix);
+    std::filesystem::path entry = directory / part;
+    prefix /= part;
+    if (std::find(entries.begin(), entries.end(), entry) == entries.end()) {
+      entries.push_back(entry);
+    }
+    if (links > 0) {
+      if (const std::optional<std::filesystem::path> target = dangling_link_target(entry)) {
+        --links;
+        append_resolution_entries(target->is_absolute() ? target->native() : (directory / *target).native(), entries,
+                                  links);
+      }
+    }
+  }
+}
+
+/// The guard for `spelled`: its canonical path and its resolution entries. Throws what
+/// `canonical_path` throws (a relative path when the working directory cannot be read).
+[[nodiscard]] inline Guard make_guard(std::string what, const std::filesystem::path& spelled, bool content) {
+  Guard guard{std::move(what), content, canonical_path(spelled), {}};
+  if (spelled.native().find('\0') == std::string::npos) {
+    int links = 40;
+    append_resolution_entries(spelled.native(), guard.entries, links);
+  }
+  if (std::find(guard.entries.begin(), guard.entries.end(), guard.canonical) == guard.entries.end() &&
+      guard.canonical != guard.canonical.root_path()) {
+    guard.entries.push_back(guard.canonical);
+  }
+  return guard;
+}
+
+/// Why granting every right beneath the canonical directory `grant` would let a fenced
+/// command change what `guard` protects, or "" when it would not. A path's content is
+/// reachable when it lies beneath-or-at the grant (or, for a directory, the grant lies
+/// beneath it); a directory entry is reachable when the directory holding it lies
+/// beneath-or-at the grant (the entry can then be renamed, removed or replaced by a link).
+[[nodiscard]] inline std::string exposure(const Guard& guard, const std::filesystem::path& grant) {
+  if (guard.content && (is_within(guard.canonical, grant) || is_within(grant, guard.canonical))) {
+    return "the command could change " + guard.what + ", which decides later calls";
+  }
+  for (const std::filesystem::path& entry : guard.entries) {
+    if (is_within(entry.parent_path(), grant)) {
+      return "the command could replace " + json_string_literal(entry.native()) + " on the way to " + guard.what +
+             ", which decides later calls";
+    }
+  }
+  return {};
 }
 
 /// Writes `text` to `fd`, retrying short writes; only async-signal-safe calls.
@@ -361,12 +546,20 @@ public:
   ///
   /// read-only: handles every right of `LANDLOCK_WRITE_RIGHTS` the kernel knows and grants
   /// only write_file and truncate on /dev/null, /dev/zero and /dev/full.
-  /// workspace-write: the same, plus every handled right beneath `policy.workspace_root`
-  /// and beneath each existing temporary area (/tmp, /var/tmp, /dev/shm, $TMPDIR as read
-  /// now). danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
+  /// workspace-write: the same, plus every handled right except make_char and make_block
+  /// beneath `policy.workspace_root` and beneath each existing temporary area (/tmp,
+  /// /var/tmp, /dev/shm; $TMPDIR as read now when it is absolute and its canonical path lies
+  /// beneath one of them) and `options.extra_writable`, except an area that would let the
+  /// command change what decides a later call (see FenceOptions): that one is skipped with
+  /// a note. Both modes also scope signals and abstract unix sockets to the command's own
+  /// processes where the kernel can (ABI 6), and refuse TCP with `options.deny_tcp`.
+  /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
   /// Returns the prepared fence; `report()` tells what it enforces.
   /// Throws LandlockError when Landlock is unavailable and `options.allow_unfenced` is false
-  /// (fail closed), when the workspace root cannot be opened, or when a Landlock call fails.
+  /// (fail closed), when `options.deny_tcp` is set and the kernel's ABI is below 4, when the
+  /// workspace root is "/" or its grant would let the command change what decides a later
+  /// call (the message names the path), when the workspace root cannot be opened, or when a
+  /// Landlock call fails.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     return detail::prepare_fence(policy, options, detail::probe_landlock(), std::getenv("TMPDIR"));
   }
@@ -431,8 +624,37 @@ namespace detail {
 #endif
 }
 
+/// The guards of a workspace-write fence, in the order a refusal names them: the running
+/// host executable, an absolute $TMPDIR, the workspace root and, when given, the session cwd
+/// as spelled, the session log and the host's protected paths.
+[[nodiscard]] inline std::vector<Guard> workspace_guards(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                         const char* tmpdir) {
+  const auto named = [](std::string_view what, const std::filesystem::path& path) {
+    return std::string(what) + " " + json_string_literal(path.native());
+  };
+  std::vector<Guard> guards;
+  const std::filesystem::path host = canonical_path("/proc/self/exe");
+  guards.push_back(make_guard(named("the host executable", host), host, true));
+  // Even a $TMPDIR that is not granted now decides later calls: replaced by a link into
+  // /tmp, it would be granted next time.
+  if (tmpdir != nullptr && *tmpdir == '/') {
+    guards.push_back(make_guard(named("$TMPDIR", tmpdir), tmpdir, false));
+  }
+  guards.push_back(make_guard(named("the workspace root", policy.workspace_root), policy.workspace_root, false));
+  if (!options.session_cwd.empty()) {
+    guards.push_back(make_guard(named("the session cwd", options.session_cwd), options.session_cwd, false));
+  }
+  if (!options.session_log.empty()) {
+    guards.push_back(make_guard(named("the session log", options.session_log), options.session_log, true));
+  }
+  for (const std::filesystem::path& path : options.protected_paths) {
+    guards.push_back(make_guard(named("the protected path", path), path, true));
+  }
+  return guards;
+}
+
 /// The fence body, with the kernel probe and $TMPDIR passed in so that every branch
-/// (including "no Landlock") runs in tests on any kernel.
+/// (including "no Landlock" and older ABIs) runs in tests on any kernel.
 [[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
                                                  LandlockProbe probe, const char* tmpdir) {
   FenceReport report;
@@ -458,15 +680,31 @@ namespace detail {
   report.status = FenceStatus::enforced;
   report.handled = landlock_write_rights(probe.abi);
   report.unenforced = landlock_write_rights(std::numeric_limits<int>::max()) & ~report.handled;
+  if (options.deny_tcp) {
+    if (probe.abi < 4) {
+      throw LandlockError(subject +
+                          ": FenceOptions::deny_tcp asks to refuse TCP bind and connect, which needs "
+                          "Landlock ABI 4 (Linux 6.7); this kernel has ABI " +
+                          std::to_string(probe.abi));
+    }
+    report.handled_net = landlock_net_bind_tcp | landlock_net_connect_tcp;
+  }
+  if (probe.abi >= 6) {
+    report.scoped = landlock_scope_signal | landlock_scope_abstract_unix_socket;
+  } else {
+    report.notes.push_back("signals and abstract unix sockets are not scoped: Landlock ABI " +
+                           std::to_string(probe.abi) + " cannot (ABI 6, Linux 6.12, can)");
+  }
 
-  const RulesetAttr attr{report.handled};
-  UniqueFd ruleset{static_cast<int>(::syscall(sys_landlock_create_ruleset, &attr, sizeof attr, 0U))};
+  const RulesetAttr attr{report.handled, report.handled_net, report.scoped};
+  UniqueFd ruleset{static_cast<int>(::syscall(sys_landlock_create_ruleset, &attr, ruleset_attr_size(probe.abi), 0U))};
   if (!ruleset) {
     const int error = errno;
     throw LandlockError(subject + ": landlock_create_ruleset failed: " + std::strerror(error));
   }
-  // Adds one rule and records it; returns "" or, when the anchor cannot be opened or is not
-  // of the expected kind, why (optional grants are then skipped, never widened).
+  // Adds one rule and records it; returns "" or, when the anchor cannot be opened, is not of
+  // the expected kind, or (a directory) is no longer the canonical path that was checked,
+  // why (optional grants are then skipped, never widened).
   const auto grant = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) -> std::string {
     const UniqueFd anchor{open_rule_anchor(path, directory)};
     struct stat info {};
@@ -477,6 +715,11 @@ namespace detail {
     if (!directory && !S_ISCHR(info.st_mode)) {
       return "not a character device";
     }
+    if (directory) {
+      if (const std::optional<std::string> opened = recorded_path(anchor.get()); opened != path.native()) {
+        return "it was replaced while the fence was prepared";
+      }
+    }
     const PathBeneathAttr rule{rights, anchor.get()};
     if (::syscall(sys_landlock_add_rule, ruleset.get(), landlock_rule_path_beneath, &rule, 0U) != 0) {
       const int error = errno;
@@ -486,30 +729,88 @@ namespace detail {
     report.grants.push_back({path, rights});
     return {};
   };
-  const auto grant_if_present = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) {
-    if (const std::string why = grant(path, directory, rights); !why.empty()) {
-      report.notes.push_back("skipped " + json_string_literal(path.native()) + ": " + why);
-    }
-  };
 
   for (const char* device : {"/dev/null", "/dev/zero", "/dev/full"}) {
-    grant_if_present(device, false, report.handled & landlock_file_rights());
+    if (const std::string why = grant(device, false, report.handled & landlock_file_rights()); !why.empty()) {
+      report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
+    }
   }
   if (policy.mode == SandboxMode::workspace_write) {
-    if (const std::string why = grant(policy.workspace_root, true, report.handled); !why.empty()) {
-      throw LandlockError(subject + ": cannot open the workspace root " +
-                          json_string_literal(policy.workspace_root.native()) + ": " + why);
+    const std::filesystem::path& root = policy.workspace_root;
+    const std::uint64_t directory_rights = report.handled & ~landlock_device_node_rights();
+    if (root == root.root_path()) {
+      throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) +
+                          ": it would grant the whole filesystem, including the session log, the workspace entry "
+                          "and the host, which decide later calls");
     }
-    for (const std::filesystem::path& area : temporary_areas(tmpdir)) {
-      if (area == policy.workspace_root) {
-        continue;
+    std::vector<Guard> guards = workspace_guards(policy, options, tmpdir);
+    for (const Guard& guard : guards) {
+      if (const std::string why = exposure(guard, root); !why.empty()) {
+        throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) + ": " +
+                            why);
       }
-      if (area == area.root_path()) {
-        report.notes.push_back("skipped " + json_string_literal(area.native()) +
-                               ": a temporary area at the filesystem root would lift the fence");
-        continue;
+    }
+    if (const std::string why = grant(root, true, directory_rights); !why.empty()) {
+      throw LandlockError(subject + ": cannot open the workspace root " + json_string_literal(root.native()) + ": " +
+                          why);
+    }
+    std::vector<std::filesystem::path> granted{root};
+
+    // Optional directories: each is skipped (never widened) when it is missing, when it
+    // would expose a guard, or when its own path runs through a directory entry this fence
+    // lets the command replace (a later call would then grant wherever the entry points).
+    const auto grant_optional = [&](const std::string& label, const std::filesystem::path& spelled) {
+      Guard self = make_guard(label, spelled, false);
+      const std::filesystem::path& directory = self.canonical;
+      for (const std::filesystem::path& done : granted) {
+        if (is_within(directory, done)) {
+          return; // already writable through `done`
+        }
       }
-      grant_if_present(area, true, report.handled);
+      std::string why;
+      if (directory == directory.root_path()) {
+        why = "a grant of the filesystem root would lift the fence";
+      }
+      for (std::size_t i = 0; i < guards.size() && why.empty(); ++i) {
+        why = exposure(guards[i], directory);
+      }
+      for (const std::filesystem::path& entry : self.entries) {
+        if (why.empty() && (is_within(entry.parent_path(), directory) ||
+                            std::any_of(granted.begin(), granted.end(), [&](const std::filesystem::path& done) {
+                              return is_within(entry.parent_path(), done);
+                            }))) {
+          why = "the command could replace " + json_string_literal(entry.native()) +
+                " on the way to it, and a later call would grant what it then names";
+        }
+      }
+      if (why.empty()) {
+        why = grant(directory, true, directory_rights);
+      }
+      if (!why.empty()) {
+        report.notes.push_back("skipped " + label + ": " + why);
+        return;
+      }
+      granted.push_back(directory);
+      self.what = "the granted directory " + json_string_literal(directory.native());
+      guards.push_back(std::move(self));
+    };
+    for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
+      grant_optional(json_string_literal(canonical_path(area).native()), area);
+    }
+    for (const std::filesystem::path& extra : options.extra_writable) {
+      if (!extra.is_absolute()) {
+        report.notes.push_back("skipped " + json_string_literal(extra.native()) + ": not an absolute path");
+      } else {
+        grant_optional(json_string_literal(extra.native()), extra);
+      }
+    }
+    if (tmpdir != nullptr && *tmpdir != '\0') {
+      const std::string label = "$TMPDIR " + json_string_literal(tmpdir);
+      if (const std::string why = tmpdir_ineligible(tmpdir); !why.empty()) {
+        report.notes.push_back("skipped " + label + ": " + why);
+      } else {
+        grant_optional(label, tmpdir);
+      }
     }
   }
   return PreparedFence{std::move(report), std::move(ruleset)};

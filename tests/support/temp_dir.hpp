@@ -13,8 +13,10 @@ namespace dsh::test {
 /// with everything beneath it on destruction.
 class TempDir {
 public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dsh-test-XXXXXX").string();
+  TempDir() : TempDir(std::filesystem::temp_directory_path()) {}
+  /// A fresh directory in `parent` instead (for a test that needs a specific area, such as /tmp).
+  explicit TempDir(const std::filesystem::path& parent) {
+    std::string pattern = (parent / "dsh-test-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) {
       throw std::runtime_error("mkdtemp failed for " + pattern);
     }
