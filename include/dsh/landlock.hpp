@@ -972,7 +972,7 @@ public:
   /// then returns 137 (SIGKILL) unless the command had already ended.
   void terminate() noexcept {
     if (control_) {
-      ::shutdown(control_.get(), SHUT_RDWR);
+      ::shutdown(control_.get(), SHUT_WR); // the supervisor reads end of file
     }
   }
 
