@@ -932,7 +932,8 @@ public:
   FencedChild(FencedChild&& other) noexcept
       : pid_(std::exchange(other.pid_, -1)), control_(std::move(other.control_)), out_(std::move(other.out_)),
         err_(std::move(other.err_)), sink_(std::move(other.sink_)), program_(std::move(other.program_)),
-        status_(other.status_), timed_out_(other.timed_out_) {}
+        report_(other.report_), report_bytes_(other.report_bytes_), status_(other.status_),
+        timed_out_(other.timed_out_) {}
   /// Ends this call (as the destructor does), then takes `other`'s.
   FencedChild& operator=(FencedChild&& other) noexcept {
     if (this != &other) {
@@ -943,6 +944,8 @@ public:
       err_ = std::move(other.err_);
       sink_ = std::move(other.sink_);
       program_ = std::move(other.program_);
+      report_ = other.report_;
+      report_bytes_ = other.report_bytes_;
       status_ = other.status_;
       timed_out_ = other.timed_out_;
     }
@@ -1046,6 +1049,8 @@ private:
   UniqueFd err_;
   OutputSink sink_;
   std::string program_;
+  detail::SupervisorReport report_{}; // kept across calls: a sink that throws interrupts wait()
+  std::size_t report_bytes_ = 0;
   int status_ = -1;
   bool timed_out_ = false;
 };
@@ -1565,8 +1570,8 @@ inline int FencedChild::wait() {
     return status_;
   }
   std::array<char, 16384> buffer{};
-  detail::SupervisorReport report{};
-  std::size_t report_bytes = 0;
+  detail::SupervisorReport& report = report_;
+  std::size_t& report_bytes = report_bytes_;
   while (control_) {
     std::array<pollfd, 3> ready{{{control_.get(), POLLIN, 0}, {out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}}};
     if (::poll(ready.data(), ready.size(), -1) < 0) {
