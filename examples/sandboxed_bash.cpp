@@ -156,37 +156,44 @@ std::optional<dsh::SandboxMode> wider_mode(const dsh::ResolvedPolicy& policy, co
   return std::nullopt;
 }
 
-/// Copies the command's stderr (`from`) to our stderr as it arrives; returns the first line
-/// that reports a denial, if any.
-std::optional<std::string> relay_stderr(int from) {
-  std::optional<std::string> first_denial;
-  std::string line;
-  std::array<char, 4096> buffer{};
-  for (;;) {
-    const ssize_t got = ::read(from, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
+/// Watches the command's stderr as the fence relays it: passes every chunk on to our stderr
+/// and keeps the first line that reports a denial.
+class DenialWatch {
+public:
+  void operator()(dsh::CommandStream stream, std::string_view bytes) {
+    (stream == dsh::CommandStream::err ? std::cerr : std::cout)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()))
+        .flush();
+    if (stream != dsh::CommandStream::err) {
+      return;
     }
-    if (got <= 0) {
-      break;
-    }
-    std::cerr.write(buffer.data(), got).flush();
-    for (const char c : std::string_view(buffer.data(), static_cast<std::size_t>(got))) {
+    for (const char c : bytes) {
       if (c != '\n') {
-        line += c;
+        line_ += c;
         continue;
       }
-      if (!first_denial && is_denial(line)) {
-        first_denial = line;
-      }
-      line.clear();
+      note(line_);
+      line_.clear();
     }
   }
-  if (!first_denial && is_denial(line)) {
-    first_denial = line;
+
+  /// The first denial, once the command has ended (a last line without newline included).
+  [[nodiscard]] std::optional<std::string> first_denial() {
+    note(line_);
+    line_.clear();
+    return first_denial_;
   }
-  return first_denial;
-}
+
+private:
+  void note(const std::string& line) {
+    if (!first_denial_ && is_denial(line)) {
+      first_denial_ = line;
+    }
+  }
+
+  std::string line_;
+  std::optional<std::string> first_denial_;
+};
 
 int run(const Options& options) {
   const dsh::SessionLog log = dsh::SessionLog::open(options.log);
@@ -218,19 +225,14 @@ int run(const Options& options) {
               << program_name << ": fence: " << fence.report().describe() << "\n";
   }
 
-  std::array<int, 2> pipe_ends{-1, -1};
-  if (::pipe(pipe_ends.data()) != 0) {
-    throw std::system_error(errno, std::generic_category(), "pipe");
-  }
-  const dsh::UniqueFd reader{pipe_ends[0]};
-  dsh::UniqueFd writer{pipe_ends[1]};
+  DenialWatch watch;
   dsh::FencedCommand command({"bash", "-c", join(options.command, false)});
-  command.in_directory(policy.workspace_root).redirect(STDERR_FILENO, writer.get());
+  command.in_directory(policy.workspace_root).on_output([&watch](dsh::CommandStream stream, std::string_view bytes) {
+    watch(stream, bytes);
+  });
   std::cout.flush();
-  const ::pid_t child = command.spawn(fence);
-  writer.reset();
-  const std::optional<std::string> denial = relay_stderr(reader.get());
-  const int status = dsh::FencedCommand::wait_for(child);
+  const int status = command.run(fence);
+  const std::optional<std::string> denial = watch.first_denial();
 
   if (denial && policy.mode != dsh::SandboxMode::danger_full_access) {
     std::cerr << program_name << ": denied by the " << dsh::to_string(policy.mode)

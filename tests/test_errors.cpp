@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 static_assert(std::is_base_of_v<std::runtime_error, dsh::Error>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::ConfigError>);
@@ -51,4 +52,7 @@ TEST_CASE("each error type is caught as dsh::Error with its own message", "[erro
   CHECK(caught_as_error([&] {
           (void)dsh::detail::prepare_fence(policy, dsh::FenceOptions{}, dsh::detail::LandlockProbe{0, ENOSYS}, nullptr);
         }).starts_with("Landlock fence for read-only: "));
+
+  CHECK(caught_as_error([] { (void)dsh::FencedCommand(std::vector<std::string>{}); }) ==
+        "FencedCommand: argv must name a program, got an empty argv");
 }

@@ -443,7 +443,7 @@ TEST_CASE("FencedCommand resolves the program before fork and reports exec failu
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
-  CHECK_THROWS_AS(dsh::FencedCommand(std::vector<std::string>{}), std::invalid_argument);
+  CHECK_THROWS_AS(dsh::FencedCommand(std::vector<std::string>{}), dsh::ConfigError);
   const dsh::FencedCommand missing({"dsh-no-such-program-anywhere"});
   CHECK(missing.program() == "dsh-no-such-program-anywhere");
   try {

@@ -136,7 +136,7 @@ inline bool exists_nofollow(const std::filesystem::path& path) {
 
 /// The exit code and the captured output of a fenced command.
 struct Captured {
-  int exit_code = -1; ///< as `FencedCommand::wait_for` reports it
+  int exit_code = -1; ///< as `FencedCommand::run` reports it
   std::string out;    ///< everything written to stdout
   std::string err;    ///< everything written to stderr
 };
@@ -157,9 +157,8 @@ inline Captured capture(const PreparedFence& fence, std::vector<std::string> arg
   FencedCommand command(std::move(argv));
   command.redirect(STDOUT_FILENO, out.get()).redirect(STDERR_FILENO, err.get()).in_directory(cwd);
   std::fflush(nullptr);
-  const ::pid_t pid = command.spawn(fence);
   Captured result;
-  result.exit_code = FencedCommand::wait_for(pid);
+  result.exit_code = command.run(fence);
   result.out = read_file(out_path);
   result.err = read_file(err_path);
   std::filesystem::remove(out_path);

@@ -18,11 +18,15 @@
 #include <array>
 #include <bit>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -33,6 +37,9 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -48,6 +55,7 @@
 
 #if defined(__linux__)
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/syscall.h>
 #endif
 
@@ -840,29 +848,554 @@ inline void close_inherited_descriptors_on_exec() noexcept {
   }
 }
 
+/// Closes the descriptors `first`..`last` (inclusive); async-signal-safe.
+inline void close_descriptor_range(int first, int last) noexcept {
+  if (first > last) {
+    return;
+  }
+#if defined(__linux__) && defined(SYS_close_range)
+  if (::syscall(SYS_close_range, static_cast<unsigned>(first), static_cast<unsigned>(last), 0U) == 0) {
+    return;
+  }
+#endif
+  const long limit = ::sysconf(_SC_OPEN_MAX);
+  const int end = std::min(last, limit > 0 && limit < 65536 ? static_cast<int>(limit) - 1 : 65535);
+  for (int fd = first; fd <= end; ++fd) {
+    ::close(fd);
+  }
+}
+
+/// Closes every descriptor except those in `keep` (-1 entries are ignored); async-signal-safe.
+inline void close_all_except(std::array<int, 3> keep) noexcept {
+  std::sort(keep.begin(), keep.end());
+  int from = 0;
+  for (const int fd : keep) {
+    if (fd >= from) {
+      close_descriptor_range(from, fd - 1);
+      from = fd + 1;
+    }
+  }
+  close_descriptor_range(from, std::numeric_limits<int>::max());
+}
+
 } // namespace detail
+
+/// A capability the fence removes from a command that holds it (root, or a host running with
+/// file or ambient capabilities), and why.
+struct FenceCapability {
+  int number;              ///< the CAP_* value of <linux/capability.h>
+  std::string_view name;   ///< as capabilities(7) spells it, in lower case
+  std::string_view reason; ///< what a command could do with it that the Landlock fence does not stop
+};
+
+/// The capabilities a command run in read-only or workspace-write gives up before exec, from
+/// its bounding, effective, permitted, inheritable and ambient sets (danger-full-access keeps
+/// them all). Each reaches past the file fence: devices, the kernel, other processes, the
+/// host's terminal, or machine-wide state that outlives the call. Kept on purpose, because
+/// ordinary commands run as root use them within the fenced file tree: cap_chown,
+/// cap_dac_override, cap_fowner, cap_fsetid, cap_setuid, cap_setgid, cap_net_bind_service,
+/// cap_net_broadcast, cap_net_raw, cap_ipc_lock, cap_sys_chroot, cap_sys_resource,
+/// cap_lease, cap_audit_write, cap_audit_read, cap_wake_alarm, cap_block_suspend.
+inline constexpr std::array<FenceCapability, 24> FENCE_DROPPED_CAPABILITIES{{
+    {2, "cap_dac_read_search", "open_by_handle_at(2) opens a file by handle, without a path"},
+    {5, "cap_kill", "signals processes of every user, outside the command's own tree"},
+    {8, "cap_setpcap", "changes capability sets and the bounding set"},
+    {9, "cap_linux_immutable", "sets the immutable or append-only attribute of any file (the session log)"},
+    {12, "cap_net_admin", "reconfigures the machine's network: interfaces, routes, firewall"},
+    {15, "cap_ipc_owner", "bypasses the permissions of other processes' System V IPC objects"},
+    {16, "cap_sys_module", "loads kernel modules"},
+    {17, "cap_sys_rawio", "raw I/O on ports, memory and block devices"},
+    {19, "cap_sys_ptrace", "traces and reads the memory of any process, the host's included"},
+    {20, "cap_sys_pacct", "makes the kernel write process accounting records to a file"},
+    {21, "cap_sys_admin", "mounts, namespaces, TIOCSTI on any terminal, and much more"},
+    {22, "cap_sys_boot", "reboots the machine or loads a new kernel"},
+    {23, "cap_sys_nice", "real-time priorities that starve the host and the time limit's supervisor"},
+    {25, "cap_sys_time", "sets the clock the session log's timestamps come from"},
+    {26, "cap_sys_tty_config", "hangs up and reconfigures terminals"},
+    {27, "cap_mknod", "creates device nodes, e.g. a second name for the disk"},
+    {30, "cap_audit_control", "changes the kernel's audit rules"},
+    {31, "cap_setfcap", "gives file capabilities to programs it writes"},
+    {32, "cap_mac_override", "overrides mandatory access control"},
+    {33, "cap_mac_admin", "reconfigures mandatory access control"},
+    {34, "cap_syslog", "reads and clears the kernel log"},
+    {38, "cap_perfmon", "monitors the performance of the kernel and other processes"},
+    {39, "cap_bpf", "loads BPF programs into the kernel"},
+    {40, "cap_checkpoint_restore", "checkpoint and restore operations on other processes"},
+}};
+
+/// The capabilities of `FENCE_DROPPED_CAPABILITIES` as a bit mask (bit N is CAP number N).
+[[nodiscard]] constexpr std::uint64_t fence_dropped_capabilities() noexcept {
+  std::uint64_t mask = 0;
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    mask |= 1ULL << static_cast<unsigned>(capability.number);
+  }
+  return mask;
+}
+
+/// The name of capability `number` in `FENCE_DROPPED_CAPABILITIES`, or "" when it is not there.
+[[nodiscard]] constexpr std::string_view fence_capability_name(int number) noexcept {
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    if (capability.number == number) {
+      return capability.name;
+    }
+  }
+  return {};
+}
+
+namespace detail {
+
+/// Where a child that could not exec the command stopped.
+enum class ChildStage : int {
+  setup = 0,        ///< session, terminal, directory or descriptors
+  fence = 1,        ///< PreparedFence::apply
+  capabilities = 2, ///< dropping FENCE_DROPPED_CAPABILITIES
+  supervision = 3,  ///< the supervisor could not watch the command's processes
+  exec = 4,         ///< execv itself
+};
+
+/// The failed step of a child before exec: errno, the call (a string literal), the stage and,
+/// for the capability stage, the capability (-1 otherwise). `error` 0 means no failure.
+struct ChildStep {
+  int error = 0;
+  const char* step = "";
+  ChildStage stage = ChildStage::setup;
+  int capability = -1;
+};
+
+#if defined(__linux__)
+/// struct __user_cap_header_struct and __user_cap_data_struct of <linux/capability.h>
+/// (version 3: two data entries, capabilities 0-31 and 32-63).
+struct CapabilityHeader {
+  std::uint32_t version;
+  int pid;
+};
+struct CapabilityData {
+  std::uint32_t effective;
+  std::uint32_t permitted;
+  std::uint32_t inheritable;
+};
+inline constexpr std::uint32_t capability_version_3 = 0x20080522U;
+inline constexpr unsigned cap_setpcap = 8;
+#endif
+
+/// Sets no_new_privs and removes `fence_dropped_capabilities()` from the calling process's
+/// bounding, ambient, effective, permitted and inheritable sets, then checks the three sets it
+/// can read back. Async-signal-safe (raw prctl, capget and capset only). A process without
+/// CAP_SETPCAP cannot lower its bounding set; it holds none of those capabilities either, and
+/// no_new_privs keeps exec from granting any (set-user-ID bits and file capabilities are
+/// ignored), so its bounding set is left as it is. Returns the failed step, or error 0.
+[[nodiscard]] inline ChildStep drop_fence_capabilities() noexcept {
+#if defined(__linux__)
+  constexpr ChildStage stage = ChildStage::capabilities;
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
+    return {errno, "prctl(PR_SET_NO_NEW_PRIVS)", stage, -1};
+  }
+  CapabilityHeader header{capability_version_3, 0};
+  std::array<CapabilityData, 2> sets{};
+  if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+    return {errno, "capget", stage, -1};
+  }
+  constexpr std::uint64_t drop = fence_dropped_capabilities();
+  const auto held = [&sets]() noexcept {
+    std::uint64_t any = 0;
+    for (std::size_t word = 0; word < sets.size(); ++word) {
+      const std::uint64_t bits = sets[word].effective | sets[word].permitted | sets[word].inheritable;
+      any |= bits << (32U * word);
+    }
+    return any;
+  };
+  const bool may_lower_bounding = (sets[0].effective >> cap_setpcap & 1U) != 0;
+  if ((held() & drop) == 0 && !may_lower_bounding) {
+    return {}; // an unprivileged process: nothing held, nothing it may lower
+  }
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    const auto number = static_cast<unsigned long>(capability.number);
+    // EINVAL: the running kernel does not know this capability (or has no ambient set).
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, number, 0UL, 0UL) != 0 && errno != EINVAL) {
+      return {errno, "prctl(PR_CAP_AMBIENT_LOWER)", stage, capability.number};
+    }
+    if (may_lower_bounding && ::prctl(PR_CAPBSET_DROP, number, 0UL, 0UL, 0UL) != 0 && errno != EINVAL) {
+      return {errno, "prctl(PR_CAPBSET_DROP)", stage, capability.number};
+    }
+  }
+  for (std::size_t word = 0; word < sets.size(); ++word) {
+    const auto keep = static_cast<std::uint32_t>(~(drop >> (32U * word)));
+    sets[word].effective &= keep;
+    sets[word].permitted &= keep;
+    sets[word].inheritable &= keep;
+  }
+  header = {capability_version_3, 0};
+  if (::syscall(SYS_capset, &header, sets.data()) != 0) {
+    return {errno, "capset", stage, -1};
+  }
+  header = {capability_version_3, 0};
+  if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+    return {errno, "capget", stage, -1};
+  }
+  if ((held() & drop) != 0) {
+    return {EPERM, "capget (a dropped capability is still held)", stage, -1};
+  }
+  return {};
+#else
+  return {ENOSYS, "capset", ChildStage::capabilities, -1};
+#endif
+}
+
+/// Resets every signal's disposition to the default (the command starts as from a fresh
+/// login, whatever the host ignores or catches); async-signal-safe.
+inline void reset_signal_dispositions() noexcept {
+#if defined(NSIG)
+  constexpr int signal_count = NSIG;
+#else
+  constexpr int signal_count = 65;
+#endif
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  ::sigemptyset(&action.sa_mask);
+  for (int signal = 1; signal < signal_count; ++signal) {
+    if (signal != SIGKILL && signal != SIGSTOP) {
+      (void)::sigaction(signal, &action, nullptr); // the C library refuses its own reserved signals
+    }
+  }
+}
+
+/// Makes the calling process lead a new session without a controlling terminal, then, when
+/// `terminal` >= 0, makes that terminal its controlling terminal. A process that already
+/// leads its own session (the child of forkpty(3)) keeps it and the terminal it has. Returns
+/// the failed step, or error 0. Async-signal-safe.
+[[nodiscard]] inline ChildStep enter_own_session(int terminal) noexcept {
+  if (::setsid() < 0) {
+    const int error = errno;
+    if (error != EPERM || ::getsid(0) != ::getpid()) {
+      return {error, "setsid", ChildStage::setup, -1};
+    }
+  }
+  if (terminal >= 0 && ::ioctl(terminal, TIOCSCTTY, 0) != 0) {
+    return {errno, "ioctl(TIOCSCTTY)", ChildStage::setup, -1};
+  }
+  return {};
+}
+
+/// Makes descriptors 0, 1 and 2 copies of `sources` (-1: leave it, except descriptor 0 with
+/// `null_stdin`, which then reads /dev/null). A source that is itself 0, 1 or 2 is copied
+/// before any of them is replaced. Returns the failed step, or error 0. Async-signal-safe.
+[[nodiscard]] inline ChildStep install_stdio(std::array<int, 3> sources, bool null_stdin) noexcept {
+  if (sources[0] < 0 && null_stdin) {
+    sources[0] = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (sources[0] < 0) {
+      return {errno, "open(\"/dev/null\")", ChildStage::setup, -1};
+    }
+  }
+  for (std::size_t target = 0; target < sources.size(); ++target) {
+    int& source = sources[target];
+    if (source >= 0 && source <= 2 && source != static_cast<int>(target)) {
+      source = ::fcntl(source, F_DUPFD_CLOEXEC, 3);
+      if (source < 0) {
+        return {errno, "fcntl(F_DUPFD_CLOEXEC)", ChildStage::setup, -1};
+      }
+    }
+  }
+  for (std::size_t target = 0; target < sources.size(); ++target) {
+    const int source = sources[target];
+    const int fd = static_cast<int>(target);
+    if (source < 0) {
+      continue;
+    }
+    if (source == fd ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(source, fd) < 0) {
+      return {errno, "dup2", ChildStage::setup, -1};
+    }
+  }
+  return {};
+}
+
+/// What the supervisor reports to the host over its socket, in fixed-size records.
+struct SupervisorReport {
+  enum Kind : int { none = 0, started = 1, failed = 2, ended = 3 };
+  int kind = none;
+  int stage = 0;               ///< failed: a ChildStage
+  int error = 0;               ///< failed: errno; ended: the exit status
+  int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
+  std::array<char, 48> step{}; ///< failed: the call, truncated
+};
+
+/// How a supervised call ended.
+enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
+
+/// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
+/// (`list`, read from its start) names them. Async-signal-safe.
+inline void kill_listed_children(int list) noexcept {
+  if (::lseek(list, 0, SEEK_SET) != 0) {
+    return;
+  }
+  std::array<char, 512> buffer{};
+  long pid = 0;
+  bool in_number = false;
+  for (;;) {
+    const ::ssize_t got = ::read(list, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got <= 0) {
+      break;
+    }
+    for (std::size_t i = 0; i < static_cast<std::size_t>(got); ++i) {
+      const char c = buffer[i];
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        in_number = true;
+      } else if (in_number) {
+        ::kill(static_cast<::pid_t>(pid), SIGKILL);
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number) {
+    ::kill(static_cast<::pid_t>(pid), SIGKILL);
+  }
+}
+
+/// The calling process's monotonic clock in milliseconds; async-signal-safe.
+[[nodiscard]] inline long long monotonic_ms() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000LL + now.tv_nsec / 1000000L;
+}
+
+/// Writes `size` bytes to `fd` without letting a closed pipe raise SIGPIPE in the calling
+/// process (the signal is blocked in this thread for the write and a SIGPIPE it caused is
+/// consumed); returns false when the write failed.
+[[nodiscard]] inline bool write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+  sigset_t pipe_only;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  sigset_t previous;
+  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
+    return false;
+  }
+  sigset_t pending;
+  ::sigemptyset(&pending);
+  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  bool ok = true;
+  while (size > 0) {
+    const ::ssize_t written = ::write(fd, data, size);
+    if (written < 0 && errno == EINTR) {
+      continue;
+    }
+    if (written <= 0) {
+      ok = false;
+      break;
+    }
+    data += written;
+    size -= static_cast<std::size_t>(written);
+  }
+  if (!ok && errno == EPIPE && !was_pending) {
+    const timespec no_wait{};
+    while (::sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return ok;
+}
+
+/// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
+/// the controlling terminal (-1: none), and whether stdin defaults to /dev/null.
+struct StartPlan {
+  std::array<int, 3> stdio{-1, -1, -1};
+  int terminal = -1;
+  bool null_stdin = false;
+};
+
+} // namespace detail
+
+/// Which output stream of a fenced command a relayed chunk comes from.
+enum class CommandStream : std::uint8_t {
+  out = 1, ///< the command's stdout
+  err = 2, ///< the command's stderr
+};
+
+/// Receives a fenced command's output as it arrives, in the host thread that waits for it:
+/// the stream and the bytes (valid only during the call; chunks are not split on lines).
+using OutputSink = std::function<void(CommandStream, std::string_view)>;
+
+class FencedCommand;
+
+/// A running fenced command, as `FencedCommand::spawn` returns it: a supervisor process that
+/// owns the command and every process it starts. `wait()` relays the output and returns
+/// when the call has ended and nothing of it is left. Move-only; destroying a child that was
+/// not waited for ends the call (kills all its processes) and reaps the supervisor.
+class FencedChild {
+public:
+  FencedChild(const FencedChild&) = delete;
+  FencedChild& operator=(const FencedChild&) = delete;
+  /// Transfers the call; `other` owns nothing afterwards.
+  FencedChild(FencedChild&& other) noexcept
+      : pid_(std::exchange(other.pid_, -1)), control_(std::move(other.control_)), out_(std::move(other.out_)),
+        err_(std::move(other.err_)), sink_(std::move(other.sink_)), program_(std::move(other.program_)),
+        report_(other.report_), report_bytes_(other.report_bytes_), status_(other.status_),
+        timed_out_(other.timed_out_) {}
+  /// Ends this call (as the destructor does), then takes `other`'s.
+  FencedChild& operator=(FencedChild&& other) noexcept {
+    if (this != &other) {
+      abandon();
+      pid_ = std::exchange(other.pid_, -1);
+      control_ = std::move(other.control_);
+      out_ = std::move(other.out_);
+      err_ = std::move(other.err_);
+      sink_ = std::move(other.sink_);
+      program_ = std::move(other.program_);
+      report_ = other.report_;
+      report_bytes_ = other.report_bytes_;
+      status_ = other.status_;
+      timed_out_ = other.timed_out_;
+    }
+    return *this;
+  }
+  /// Ends the call if it was not waited for: every process of it is killed, the supervisor reaped.
+  ~FencedChild() { abandon(); }
+
+  /// The supervisor's pid (-1 once reaped). It is not the command's: signal the call through
+  /// `terminate()`, which ends all of it.
+  [[nodiscard]] ::pid_t pid() const noexcept { return pid_; }
+
+  /// Relays the command's output (to the sink, else to the host's own stdout and stderr)
+  /// until the call has ended: the command exited, was killed, reached the time limit, or
+  /// `terminate()` was called; by then every process it started has been killed and reaped.
+  /// Returns the exit code, 128 + the signal number when the command was killed,
+  /// `FencedCommand::timed_out_exit_code` (124) when the time limit ended it; the same value
+  /// on later calls. Throws LandlockError when the supervisor itself died before reporting
+  /// (then processes the command detached may have survived), std::system_error when poll
+  /// fails, and whatever the sink throws (the call is then still running: destroy or wait).
+  int wait();
+
+  /// True when `wait()` returned because the time limit ended the call.
+  [[nodiscard]] bool timed_out() const noexcept { return timed_out_; }
+
+  /// Ends the call now: the supervisor kills the command and everything it started; `wait()`
+  /// then returns 137 (SIGKILL) unless the command had already ended.
+  void terminate() noexcept {
+    if (control_) {
+      ::shutdown(control_.get(), SHUT_WR); // the supervisor reads end of file
+    }
+  }
+
+private:
+  friend class FencedCommand;
+  FencedChild(::pid_t pid, UniqueFd control, UniqueFd out, UniqueFd err, OutputSink sink, std::string program) noexcept
+      : pid_(pid), control_(std::move(control)), out_(std::move(out)), err_(std::move(err)), sink_(std::move(sink)),
+        program_(std::move(program)) {}
+
+  /// Reads one whole report from the supervisor; false on end of file or error.
+  [[nodiscard]] bool read_report(detail::SupervisorReport& report) noexcept {
+    auto* bytes = reinterpret_cast<char*>(&report);
+    std::size_t got = 0;
+    while (got < sizeof report) {
+      const ::ssize_t n = ::read(control_.get(), bytes + got, sizeof report - got);
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        return false;
+      }
+      got += static_cast<std::size_t>(n);
+    }
+    return true;
+  }
+
+  /// Reads what `pipe` has and hands it on; closes `pipe` at end of file. Returns false when
+  /// nothing was read.
+  bool relay(UniqueFd& pipe, CommandStream stream, std::array<char, 16384>& buffer) {
+    const ::ssize_t got = ::read(pipe.get(), buffer.data(), buffer.size());
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) {
+      return false;
+    }
+    if (got <= 0) {
+      pipe.reset();
+      return false;
+    }
+    const std::string_view bytes(buffer.data(), static_cast<std::size_t>(got));
+    if (sink_) {
+      sink_(stream, bytes);
+    } else {
+      // When the host's own stream is gone the bytes are dropped; the pipe is still drained.
+      (void)detail::write_without_sigpipe(stream == CommandStream::out ? STDOUT_FILENO : STDERR_FILENO, bytes.data(),
+                                          bytes.size());
+    }
+    return true;
+  }
+
+  /// Ends the call without relaying and reaps the supervisor; noexcept.
+  void abandon() noexcept {
+    if (pid_ > 0) {
+      terminate();
+      (void)reap(pid_);
+      pid_ = -1;
+    }
+  }
+
+  /// waitpid for the supervisor (retrying on EINTR); its raw status, or -1.
+  [[nodiscard]] static int reap(::pid_t pid) noexcept {
+    int status = 0;
+    ::pid_t done = -1;
+    do {
+      done = ::waitpid(pid, &status, 0);
+    } while (done < 0 && errno == EINTR);
+    return done < 0 ? -1 : status;
+  }
+
+  ::pid_t pid_ = -1;
+  UniqueFd control_;
+  UniqueFd out_;
+  UniqueFd err_;
+  OutputSink sink_;
+  std::string program_;
+  detail::SupervisorReport report_{}; // kept across calls: a sink that throws interrupts wait()
+  std::size_t report_bytes_ = 0;
+  int status_ = -1;
+  bool timed_out_ = false;
+};
 
 /// A command to run under a fence: its argv is built and its program found through $PATH
 /// at construction, so the child between fork and exec allocates nothing.
 ///
-/// The child inherits only descriptors 0, 1 and 2 (all others are marked close-on-exec:
-/// Landlock does not check files opened before the fence; see `redirect`), the environment,
-/// and the working directory (see `in_directory`). Move-only.
+/// What `spawn` and `run` give the command, in every mode:
+/// * stdio: stdin reads /dev/null; stdout and stderr are pipes the host owns and relays (to
+///   the host's own stdout and stderr, or to `on_output`'s sink). No descriptor of the host
+///   reaches it (everything above 2 is closed on exec: Landlock does not check files opened
+///   before the fence), so it can neither truncate, seek nor reopen the host's stdio.
+///   `redirect` and `controlling_terminal` hand it a descriptor anyway: the host's choice.
+/// * a new session with no controlling terminal (TIOCSTI cannot type into the user's shell),
+///   default signal dispositions and an empty signal mask.
+/// * in read-only and workspace-write: no_new_privs and none of `FENCE_DROPPED_CAPABILITIES`.
+/// * a lifetime: a supervisor process, the command's parent and a child subreaper
+///   (PR_SET_CHILD_SUBREAPER), inherits every process the command orphans (double forks and
+///   setsid included). When the command exits, is killed, reaches `time_limit`, or the host
+///   calls `FencedChild::terminate` (or dies), the supervisor kills every descendant and
+///   reaps it, walking /proc/thread-self/children until none is left; only then does `wait`
+///   return. Why a subreaper: it works unprivileged and as root alike, adds one small
+///   vfork to the call, and keeps pids and /proc as the command expects; a PID namespace needs
+///   privilege (or a user namespace), a process group or session is left by setsid(2), and a
+///   cgroup needs a delegated hierarchy. Neither the host's signal dispositions nor its
+///   subreaper flag are touched: the supervisor is a process of its own.
+/// The working directory is the host's unless `in_directory` is set; the environment is the
+/// host's. Move-only.
 class FencedCommand {
 public:
-  /// Exit status of a child that could not apply the fence or could not exec the program
-  /// for a reason other than "not found".
+  /// Exit status of a child that could not apply the fence, drop its capabilities, or exec
+  /// the program for a reason other than "not found".
   static constexpr int cannot_run_exit_code = 126;
   /// Exit status of a child whose program was not found.
   static constexpr int not_found_exit_code = 127;
+  /// Exit status of a call ended by its time limit, as timeout(1) reports it.
+  static constexpr int timed_out_exit_code = 124;
 
   /// Keeps `argv` and resolves `argv[0]` now: as given when it contains '/', else the first
   /// executable regular file `<dir>/argv[0]` for the directories of $PATH (default
   /// "/usr/local/bin:/usr/bin:/bin"); unresolved names stay as given and fail at exec.
-  /// Throws std::invalid_argument when `argv` is empty.
+  /// Throws ConfigError when `argv` is empty.
   explicit FencedCommand(std::vector<std::string> argv) : args_(std::move(argv)) {
     if (args_.empty()) {
-      throw std::invalid_argument("FencedCommand: argv must name a program, got an empty argv");
+      throw ConfigError("FencedCommand: argv must name a program, got an empty argv");
     }
     program_ = resolve_program(args_.front());
     for (std::string& arg : args_) {
@@ -879,16 +1412,51 @@ public:
   /// Releases the argv.
   ~FencedCommand() = default;
 
-  /// Makes the child's descriptor `child_fd` (0, 1 or 2) a copy of the parent's `parent_fd`
-  /// (which must stay open until the child has started). Returns `*this`. Throws
-  /// std::invalid_argument for a `child_fd` other than 0, 1 or 2, or a negative `parent_fd`.
+  /// The host's choice: makes the child's descriptor `child_fd` (0, 1 or 2) a copy of the
+  /// parent's `parent_fd` (which must stay open until the child has started) instead of
+  /// /dev/null or a relayed pipe; the command can then do with that open file description
+  /// whatever its access mode allows (truncate, seek). Returns `*this`. Throws
+  /// ConfigError for a `child_fd` other than 0, 1 or 2, or a negative `parent_fd`.
   FencedCommand& redirect(int child_fd, int parent_fd) {
     if (child_fd < 0 || child_fd > 2 || parent_fd < 0) {
-      throw std::invalid_argument("FencedCommand::redirect: expected a child descriptor 0, 1 or 2 and an "
-                                  "open parent descriptor, got " +
-                                  std::to_string(child_fd) + " <- " + std::to_string(parent_fd));
+      throw ConfigError("FencedCommand::redirect: expected a child descriptor 0, 1 or 2 and an "
+                        "open parent descriptor, got " +
+                        std::to_string(child_fd) + " <- " + std::to_string(parent_fd));
     }
     stdio_[static_cast<std::size_t>(child_fd)] = parent_fd;
+    return *this;
+  }
+
+  /// The host's choice, for the terminal family: runs the command on the terminal
+  /// `terminal_fd` (the child side of a pseudo-terminal the host opened, e.g. with openpty):
+  /// it becomes the controlling terminal of the command's new session and its descriptors 0,
+  /// 1 and 2 (a later `redirect` overrides one of them). The descriptor must stay open until
+  /// the child has started. Returns `*this`. Throws ConfigError for a negative one.
+  FencedCommand& controlling_terminal(int terminal_fd) {
+    if (terminal_fd < 0) {
+      throw ConfigError("FencedCommand::controlling_terminal: expected an open terminal descriptor, got " +
+                        std::to_string(terminal_fd));
+    }
+    terminal_ = terminal_fd;
+    stdio_ = {terminal_fd, terminal_fd, terminal_fd};
+    return *this;
+  }
+
+  /// Sends the command's output to `sink` instead of the host's stdout and stderr. Returns `*this`.
+  FencedCommand& on_output(OutputSink sink) {
+    sink_ = std::move(sink);
+    return *this;
+  }
+
+  /// Ends the call after `limit` of wall-clock time from its start: the command and every
+  /// process it started are killed and `wait`/`run` return `timed_out_exit_code`. Returns
+  /// `*this`. Throws ConfigError when `limit` is not positive.
+  FencedCommand& time_limit(std::chrono::milliseconds limit) {
+    if (limit.count() <= 0) {
+      throw ConfigError("FencedCommand::time_limit: expected a positive duration, got " +
+                        std::to_string(limit.count()) + " ms");
+    }
+    limit_ms_ = limit.count();
     return *this;
   }
 
@@ -903,98 +1471,103 @@ public:
   /// The arguments, argv[0] first.
   [[nodiscard]] const std::vector<std::string>& args() const noexcept { return args_; }
 
-  /// In a freshly forked child: changes directory and redirects descriptors as configured,
-  /// applies `fence`, then execs the program; never returns.
+  /// In a freshly forked child (e.g. forkpty's): enters its own session (a forkpty child
+  /// already leads one and keeps its terminal), makes `controlling_terminal` its terminal,
+  /// changes directory, copies the descriptors `redirect` named (descriptors not redirected
+  /// stay as the caller left them), applies `fence`, drops the capabilities (read-only and
+  /// workspace-write), resets signal dispositions and mask, then execs the program; never
+  /// returns. No supervisor, relay or time limit: the caller owns the child's lifetime.
   ///
-  /// Async-signal-safe. When the fence cannot be applied the program is not run: with
-  /// `error_pipe` >= 0 a `detail::ChildFailure` record is written to it, otherwise one line
-  /// naming the failed call and errno goes to stderr; the child exits with
-  /// `cannot_run_exit_code` (or `not_found_exit_code` when exec reported ENOENT).
+  /// Async-signal-safe. When a step fails the program is not run: with `error_pipe` >= 0 a
+  /// `detail::ChildFailure` record is written to it (fence 1 for the fence and the
+  /// capabilities), otherwise one line naming the failed call and errno goes to stderr; the
+  /// child exits with `cannot_run_exit_code` (or `not_found_exit_code` when exec reported ENOENT).
   [[noreturn]] void exec_in_child(const PreparedFence& fence, int error_pipe = -1) const noexcept {
-    if (!directory_.empty() && ::chdir(directory_.c_str()) != 0) {
-      fail_in_child(error_pipe, false, errno, "chdir");
-    }
-    for (int child_fd = 0; child_fd < 3; ++child_fd) {
-      const int parent_fd = stdio_[static_cast<std::size_t>(child_fd)];
-      if (parent_fd >= 0 && ::dup2(parent_fd, child_fd) < 0) {
-        fail_in_child(error_pipe, false, errno, "dup2");
-      }
-    }
-    const ApplyResult applied = fence.apply();
-    if (!applied.ok()) {
-      fail_in_child(error_pipe, true, applied.error, applied.step);
-    }
-    detail::close_inherited_descriptors_on_exec();
-    ::execv(program_.c_str(), argv_.data());
-    fail_in_child(error_pipe, false, errno, "execv");
+    detail::StartPlan plan;
+    plan.stdio = stdio_;
+    plan.terminal = terminal_;
+    detail::reset_signal_dispositions();
+    fail_in_child(error_pipe, start_in_child(fence, plan));
   }
 
-  /// Forks a child that runs the command under `fence`; returns its pid once the program
-  /// is executing (the caller reaps it, e.g. with `wait_for`).
-  /// Throws LandlockError when the child could not apply the fence, std::system_error when
-  /// pipe/fork fail or the program could not be executed (the child is reaped then).
-  [[nodiscard]] ::pid_t spawn(const PreparedFence& fence) const {
-    int ends[2] = {-1, -1};
+  /// Starts the command under `fence` with the stdio, session, capabilities and supervisor
+  /// described for the class; returns once the program is executing. Call `wait()` on the
+  /// result to relay its output and collect its status.
+  /// Throws LandlockError when the child could not apply the fence or drop its capabilities,
+  /// or the supervisor cannot watch the command's processes (/proc/thread-self/children is
+  /// missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required; on other systems always);
+  /// std::system_error when socketpair/pipe/fork fail or the program could not be executed.
+  /// Nothing is left running when it throws.
+  [[nodiscard]] FencedChild spawn(const PreparedFence& fence) const {
 #if defined(__linux__)
-    const int piped = ::pipe2(ends, O_CLOEXEC); // atomically: no other thread's child inherits it
-#else
-    const int piped = ::pipe(ends);
-#endif
-    if (piped != 0) {
-      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: pipe");
+    std::array<int, 2> control{-1, -1};
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control.data()) != 0) {
+      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: socketpair");
     }
-    UniqueFd reader{ends[0]};
-    UniqueFd writer{ends[1]};
-#if !defined(__linux__)
-    ::fcntl(reader.get(), F_SETFD, FD_CLOEXEC);
-    ::fcntl(writer.get(), F_SETFD, FD_CLOEXEC);
-#endif
+    UniqueFd host_end{control[0]};
+    UniqueFd supervisor_end{control[1]};
+    UniqueFd out_read;
+    UniqueFd out_write;
+    UniqueFd err_read;
+    UniqueFd err_write;
+    detail::StartPlan plan;
+    plan.stdio = stdio_;
+    plan.terminal = terminal_;
+    plan.null_stdin = true;
+    if (plan.stdio[1] < 0) {
+      make_pipe(out_read, out_write);
+      plan.stdio[1] = out_write.get();
+    }
+    if (plan.stdio[2] < 0) {
+      make_pipe(err_read, err_write);
+      plan.stdio[2] = err_write.get();
+    }
     const ::pid_t pid = ::fork();
     if (pid < 0) {
       throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: fork");
     }
     if (pid == 0) {
-      exec_in_child(fence, writer.get());
+      supervise(fence, plan, supervisor_end.get());
     }
-    writer.reset();
-    detail::ChildFailure failure{};
-    ::ssize_t got = 0;
-    do {
-      got = ::read(reader.get(), &failure, sizeof failure);
-    } while (got < 0 && errno == EINTR);
-    if (got <= 0) {
-      return pid; // the close-on-exec pipe closed: the program is running
+    supervisor_end.reset();
+    out_write.reset();
+    err_write.reset();
+    FencedChild child(pid, std::move(host_end), std::move(out_read), std::move(err_read), sink_, program_);
+    detail::SupervisorReport report{};
+    if (!child.read_report(report) || report.kind != detail::SupervisorReport::started) {
+      const int status = FencedChild::reap(std::exchange(child.pid_, -1));
+      throw_start_failure(fence, report, status);
     }
-    (void)wait_for(pid);
-    const std::string what = "cannot run " + json_string_literal(program_);
-    if (failure.fence != 0) {
-      throw LandlockError(what + " under the " + std::string(to_string(fence.report().mode)) +
-                          " fence: the child could not enter it: " + std::strerror(failure.error));
-    }
-    throw std::system_error(failure.error, std::generic_category(), what);
+    return child;
+#else
+    (void)fence;
+    throw LandlockError("cannot run " + json_string_literal(program_) +
+                        ": supervising a command's processes needs Linux (a child subreaper and "
+                        "/proc/thread-self/children)");
+#endif
   }
 
-  /// `spawn(fence)` then `wait_for` the child; returns its exit status as the shell reports it.
-  [[nodiscard]] int run(const PreparedFence& fence) const { return wait_for(spawn(fence)); }
+  /// `spawn(fence)`, then `wait()`: relays the output and returns the exit status as the
+  /// shell reports it (`timed_out_exit_code` when the time limit ended the call).
+  [[nodiscard]] int run(const PreparedFence& fence) const { return spawn(fence).wait(); }
 
   /// Waits for `pid` (retrying on EINTR); returns its exit code, or 128 + the signal number
-  /// when it was killed, or -1 when waitpid failed.
+  /// when it was killed, or -1 when waitpid failed. For children started with
+  /// `exec_in_child`; a `FencedChild` has its own `wait()`.
   [[nodiscard]] static int wait_for(::pid_t pid) noexcept {
-    int status = 0;
-    ::pid_t done = -1;
-    do {
-      done = ::waitpid(pid, &status, 0);
-    } while (done < 0 && errno == EINTR);
-    if (done < 0) {
-      return -1;
-    }
+    const int status = FencedChild::reap(pid);
+    return status < 0 ? -1 : exit_status(status);
+  }
+
+private:
+  /// The shell's number for a waitpid status.
+  [[nodiscard]] static int exit_status(int status) noexcept {
     if (WIFEXITED(status)) {
       return WEXITSTATUS(status);
     }
     return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1;
   }
 
-private:
   [[nodiscard]] static std::string resolve_program(const std::string& name) {
     if (name.find('/') != std::string::npos) {
       return name;
@@ -1015,20 +1588,271 @@ private:
     return name;
   }
 
-  [[noreturn]] static void fail_in_child(int error_pipe, bool fence, int error, const char* step) noexcept {
+  /// A close-on-exec pipe for one relayed stream.
+  static void make_pipe(UniqueFd& reader, UniqueFd& writer) {
+    std::array<int, 2> ends{-1, -1};
+#if defined(__linux__)
+    if (::pipe2(ends.data(), O_CLOEXEC) != 0) {
+#else
+    if (::pipe(ends.data()) != 0) {
+#endif
+      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: pipe");
+    }
+    reader.reset(ends[0]);
+    writer.reset(ends[1]);
+  }
+
+  /// The child's way from fork to exec; returns only when a step failed (that step).
+  /// Signal dispositions must already be the defaults (the child shares no handler with the
+  /// host then, even after vfork). Async-signal-safe.
+  [[nodiscard]] detail::ChildStep start_in_child(const PreparedFence& fence,
+                                                 const detail::StartPlan& plan) const noexcept {
+    if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
+      return failed;
+    }
+    if (!directory_.empty() && ::chdir(directory_.c_str()) != 0) {
+      return {errno, "chdir", detail::ChildStage::setup, -1};
+    }
+    if (const detail::ChildStep failed = detail::install_stdio(plan.stdio, plan.null_stdin); failed.error != 0) {
+      return failed;
+    }
+    if (const ApplyResult applied = fence.apply(); !applied.ok()) {
+      return {applied.error, applied.step, detail::ChildStage::fence, -1};
+    }
+    if (fence.report().mode != SandboxMode::danger_full_access) {
+      if (const detail::ChildStep failed = detail::drop_fence_capabilities(); failed.error != 0) {
+        return failed;
+      }
+    }
+    sigset_t none;
+    ::sigemptyset(&none);
+    if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) {
+      return {errno, "sigprocmask", detail::ChildStage::setup, -1};
+    }
+    detail::close_inherited_descriptors_on_exec();
+    ::execv(program_.c_str(), argv_.data());
+    return {errno, "execv", detail::ChildStage::exec, -1};
+  }
+
+  /// The exit status of a child that stopped at `failed`.
+  [[nodiscard]] static int failure_exit_code(const detail::ChildStep& failed) noexcept {
+    return failed.stage == detail::ChildStage::exec && failed.error == ENOENT ? not_found_exit_code
+                                                                              : cannot_run_exit_code;
+  }
+
+  [[noreturn]] static void fail_in_child(int error_pipe, const detail::ChildStep& failed) noexcept {
+    const bool fence = failed.stage == detail::ChildStage::fence || failed.stage == detail::ChildStage::capabilities;
     if (error_pipe >= 0) {
-      const detail::ChildFailure failure{fence ? 1 : 0, error};
+      const detail::ChildFailure failure{fence ? 1 : 0, failed.error};
       detail::write_all(error_pipe, reinterpret_cast<const char*>(&failure), sizeof failure);
     } else {
-      detail::write_text(STDERR_FILENO, fence ? "dsh: refusing to run the command: the Landlock "
-                                                "fence could not be applied ("
+      detail::write_text(STDERR_FILENO, fence ? "dsh: refusing to run the command: the fence could not be "
+                                                "applied ("
                                               : "dsh: cannot run the command (");
-      detail::write_text(STDERR_FILENO, step);
+      detail::write_text(STDERR_FILENO, failed.step);
       detail::write_text(STDERR_FILENO, " failed, errno ");
-      detail::write_number(STDERR_FILENO, error);
+      detail::write_number(STDERR_FILENO, failed.error);
       detail::write_text(STDERR_FILENO, ")\n");
     }
-    ::_exit(!fence && error == ENOENT ? not_found_exit_code : cannot_run_exit_code);
+    ::_exit(failure_exit_code(failed));
+  }
+
+#if defined(__linux__)
+  /// The supervisor: the forked process between the host and the command. It never returns.
+  ///
+  /// Blocks every signal (it is stopped only by SIGKILL, and it reads SIGCHLD through a
+  /// signalfd), resets dispositions, becomes a child subreaper, starts the command with
+  /// vfork (the command shares this copy of the host only until exec), reports "started",
+  /// closes everything of the host it inherited, then reaps until the command ends, the time
+  /// limit passes or the host hangs up; kills and reaps every remaining descendant; reports
+  /// how the call ended and exits with that status. Async-signal-safe throughout: the host
+  /// may have other threads, whose locks this copy of it must never wait for.
+  [[noreturn]] void supervise(const PreparedFence& fence, const detail::StartPlan& plan, int report_fd) const noexcept {
+    sigset_t all;
+    ::sigfillset(&all);
+    ::sigprocmask(SIG_SETMASK, &all, nullptr);
+    detail::reset_signal_dispositions();
+    detail::SupervisorReport report{};
+    const auto fail = [&report, report_fd](const detail::ChildStep& failed) noexcept {
+      report.kind = detail::SupervisorReport::failed;
+      report.stage = static_cast<int>(failed.stage);
+      report.error = failed.error;
+      report.detail = failed.capability;
+      for (std::size_t i = 0; i + 1 < report.step.size() && failed.step[i] != '\0'; ++i) {
+        report.step[i] = failed.step[i];
+      }
+      detail::write_all(report_fd, reinterpret_cast<const char*>(&report), sizeof report);
+      ::_exit(failure_exit_code(failed));
+    };
+    constexpr detail::ChildStage supervision = detail::ChildStage::supervision;
+    if (::prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) != 0) {
+      fail({errno, "prctl(PR_SET_CHILD_SUBREAPER)", supervision, -1});
+    }
+    const int children = ::open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+    if (children < 0) {
+      fail({errno, "open(\"/proc/thread-self/children\")", supervision, -1});
+    }
+    sigset_t child_signal;
+    ::sigemptyset(&child_signal);
+    ::sigaddset(&child_signal, SIGCHLD);
+    const int child_events = ::signalfd(-1, &child_signal, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (child_events < 0) {
+      fail({errno, "signalfd", supervision, -1});
+    }
+    const long long deadline = limit_ms_ > 0 ? detail::monotonic_ms() + limit_ms_ : 0;
+    ::pid_t command = -1;
+    if (const detail::ChildStep failed = start_command(fence, plan, command); failed.error != 0) {
+      fail(failed);
+    }
+    report.kind = detail::SupervisorReport::started;
+    report.detail = command;
+    detail::write_all(report_fd, reinterpret_cast<const char*>(&report), sizeof report);
+    detail::close_all_except({report_fd, children, child_events});
+
+    int status = 0;
+    bool command_ended = false;
+    int ending = detail::command_exited;
+    const auto reap_ready = [&]() noexcept {
+      for (;;) {
+        int raw = 0;
+        const ::pid_t done = ::waitpid(-1, &raw, WNOHANG | __WALL);
+        if (done <= 0) {
+          return;
+        }
+        if (done == command) {
+          status = raw;
+          command_ended = true;
+        }
+      }
+    };
+    for (;;) {
+      reap_ready();
+      if (command_ended) {
+        break;
+      }
+      int timeout = -1;
+      if (deadline != 0) {
+        const long long remaining = deadline - detail::monotonic_ms();
+        if (remaining <= 0) {
+          ending = detail::time_limit_reached;
+          break;
+        }
+        timeout = static_cast<int>(std::min<long long>(remaining, std::numeric_limits<int>::max()));
+      }
+      std::array<pollfd, 2> events{{{child_events, POLLIN, 0}, {report_fd, POLLIN, 0}}};
+      if (::poll(events.data(), events.size(), timeout) < 0 && errno != EINTR) {
+        ending = detail::host_cancelled;
+        break;
+      }
+      if (events[0].revents != 0) {
+        signalfd_siginfo drained{};
+        while (::read(child_events, &drained, sizeof drained) > 0) {
+        }
+      }
+      if (events[1].revents != 0) { // the host hung up: terminate() or its own death
+        ending = detail::host_cancelled;
+        break;
+      }
+    }
+    if (!command_ended) {
+      ::kill(command, SIGKILL);
+    }
+    // Kill what is left, then reap one, then look again: whoever a killed process orphans
+    // is reparented here before its parent can be reaped, so the next look finds it.
+    for (;;) {
+      detail::kill_listed_children(children);
+      int raw = 0;
+      const ::pid_t done = ::waitpid(-1, &raw, __WALL);
+      if (done < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        break; // ECHILD: nothing of the call is left
+      }
+      if (done == command && !command_ended) {
+        status = raw;
+        command_ended = true;
+      }
+    }
+    int exit_code = exit_status(status);
+    if (ending == detail::time_limit_reached) {
+      exit_code = timed_out_exit_code;
+    } else if (ending == detail::host_cancelled && exit_code < 0) {
+      exit_code = 128 + SIGKILL;
+    }
+    report.kind = detail::SupervisorReport::ended;
+    report.error = exit_code;
+    report.detail = ending;
+    detail::write_all(report_fd, reinterpret_cast<const char*>(&report), sizeof report);
+    ::_exit(exit_code & 0xff);
+  }
+
+  /// Starts the command with vfork and stores its pid in `command`; returns the failed step,
+  /// or error 0. The vfork child reports a failure through `shared` (the memory the two share
+  /// until exec) and exits.
+  [[nodiscard]] detail::ChildStep start_command(const PreparedFence& fence, const detail::StartPlan& plan,
+                                                ::pid_t& command) const noexcept {
+    struct Shared {
+      volatile int error = 0;
+      volatile int stage = 0;
+      volatile int capability = -1;
+      const char* volatile step = "";
+    } shared;
+    command = ::vfork();
+    if (command == 0) {
+      // If the supervisor dies the command dies with it; what it started is then on its own
+      // (LandlockError from wait()).
+      ::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(SIGKILL), 0UL, 0UL, 0UL);
+      const detail::ChildStep failed = start_in_child(fence, plan);
+      shared.error = failed.error;
+      shared.stage = static_cast<int>(failed.stage);
+      shared.capability = failed.capability;
+      shared.step = failed.step;
+      ::_exit(failure_exit_code(failed));
+    }
+    if (command < 0) {
+      return {errno, "vfork", detail::ChildStage::supervision, -1};
+    }
+    if (shared.error != 0) {
+      int ignored = 0;
+      while (::waitpid(command, &ignored, 0) < 0 && errno == EINTR) {
+      }
+      return {shared.error, shared.step, static_cast<detail::ChildStage>(shared.stage), shared.capability};
+    }
+    return {};
+  }
+#endif
+
+  /// Throws the error a failed start reported (`report`), or that the supervisor died
+  /// (`status` is its raw wait status).
+  [[noreturn]] void throw_start_failure(const PreparedFence& fence, const detail::SupervisorReport& report,
+                                        int status) const {
+    const std::string what = "cannot run " + json_string_literal(program_);
+    if (report.kind != detail::SupervisorReport::failed) {
+      throw std::system_error(ECHILD, std::generic_category(),
+                              what + ": its supervisor ended before starting it (wait status " +
+                                  std::to_string(status) + ")");
+    }
+    const std::string step(report.step.data());
+    const std::string under = what + " under the " + std::string(to_string(fence.report().mode)) + " fence: ";
+    switch (static_cast<detail::ChildStage>(report.stage)) {
+    case detail::ChildStage::fence:
+      throw LandlockError(under + "the child could not enter it: " + std::strerror(report.error));
+    case detail::ChildStage::capabilities: {
+      const std::string_view capability = fence_capability_name(report.detail);
+      throw LandlockError(under + "the child could not drop its capabilities: " + step +
+                          (capability.empty() ? std::string() : " for " + std::string(capability)) +
+                          " failed: " + std::strerror(report.error));
+    }
+    case detail::ChildStage::supervision:
+      throw LandlockError(what + ": its processes cannot be supervised, so nothing would end them with the call: " +
+                          step + " failed: " + std::strerror(report.error));
+    case detail::ChildStage::setup:
+      throw std::system_error(report.error, std::generic_category(), what + ": " + step + " failed");
+    case detail::ChildStage::exec:
+      break;
+    }
+    throw std::system_error(report.error, std::generic_category(), what);
   }
 
   std::vector<std::string> args_;
@@ -1036,7 +1860,71 @@ private:
   std::string program_;
   std::filesystem::path directory_;
   std::array<int, 3> stdio_{-1, -1, -1};
+  int terminal_ = -1;
+  long long limit_ms_ = 0;
+  OutputSink sink_;
 };
+
+inline int FencedChild::wait() {
+  if (pid_ < 0) {
+    return status_;
+  }
+  std::array<char, 16384> buffer{};
+  detail::SupervisorReport& report = report_;
+  std::size_t& report_bytes = report_bytes_;
+  while (control_) {
+    std::array<pollfd, 3> ready{{{control_.get(), POLLIN, 0}, {out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}}};
+    if (::poll(ready.data(), ready.size(), -1) < 0) {
+      if (errno == EINTR) {
+        continue;
+      }
+      throw std::system_error(errno, std::generic_category(), "FencedChild::wait: poll");
+    }
+    if (ready[1].revents != 0) {
+      relay(out_, CommandStream::out, buffer);
+    }
+    if (ready[2].revents != 0) {
+      relay(err_, CommandStream::err, buffer);
+    }
+    if (ready[0].revents != 0) {
+      const ::ssize_t got =
+          ::read(control_.get(), reinterpret_cast<char*>(&report) + report_bytes, sizeof report - report_bytes);
+      if (got < 0 && errno == EINTR) {
+        continue;
+      }
+      if (got > 0) {
+        report_bytes += static_cast<std::size_t>(got);
+      }
+      if (got <= 0 || (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended)) {
+        control_.reset();
+      } else if (report_bytes == sizeof report) {
+        report_bytes = 0; // not an end report: keep listening
+      }
+    }
+  }
+  // The call has ended and its processes are gone: take what they left in the pipes, but
+  // never wait for more (a descriptor passed outside the call could keep a pipe open).
+  for (UniqueFd* pipe : {&out_, &err_}) {
+    const CommandStream stream = pipe == &out_ ? CommandStream::out : CommandStream::err;
+    for (int round = 0; *pipe && round < 1024; ++round) {
+      pollfd ready{pipe->get(), POLLIN, 0};
+      if (::poll(&ready, 1, 0) <= 0 || !relay(*pipe, stream, buffer)) {
+        break;
+      }
+    }
+    pipe->reset();
+  }
+  const int raw = reap(std::exchange(pid_, -1));
+  if (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended) {
+    status_ = report.error;
+    timed_out_ = report.detail == detail::time_limit_reached;
+    return status_;
+  }
+  status_ = raw < 0 ? -1 : (WIFEXITED(raw) ? WEXITSTATUS(raw) : WIFSIGNALED(raw) ? 128 + WTERMSIG(raw) : -1);
+  throw LandlockError("the supervisor of " + json_string_literal(program_) + " ended without reporting (status " +
+                      std::to_string(status_) +
+                      "): the command was killed with it, but processes it detached may have survived the call");
+}
 
 /// The kernel's Landlock ABI version, or 0 when Landlock is unavailable (or this is not a
 /// Landlock build). Asks the kernel on every call.

@@ -22,6 +22,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -123,6 +124,47 @@ struct OpenHow {
 
 } // namespace detail
 
+namespace detail {
+
+/// What `try_open_beneath` got: the descriptor, or the errno and whether it was the root
+/// that could not be opened.
+struct BeneathOpen {
+  UniqueFd file;
+  int error = 0;
+  bool root_failed = false;
+};
+
+/// `open_beneath` without the checks of its arguments and without throwing for the open
+/// itself (errno goes to `error`); `relative` is the path relative to `root`, non-empty.
+[[nodiscard]] inline BeneathOpen try_open_beneath(const std::filesystem::path& root,
+                                                  const std::filesystem::path& relative, int flags, ::mode_t mode) {
+  BeneathOpen result;
+#if defined(__linux__)
+  const UniqueFd root_fd{
+      openat2_cloexec(AT_FDCWD, root.c_str(), O_PATH | O_DIRECTORY, 0, resolve_no_symlinks | resolve_no_magiclinks)};
+  if (!root_fd) {
+    result.error = errno;
+    result.root_failed = true;
+    return result;
+  }
+  result.file.reset(
+      openat2_cloexec(root_fd.get(), relative.c_str(), flags, mode, resolve_beneath | resolve_no_magiclinks));
+  if (!result.file) {
+    result.error = errno;
+  }
+#else
+  (void)root;
+  (void)relative;
+  (void)flags;
+  (void)mode;
+  result.error = ENOSYS;
+  result.root_failed = true;
+#endif
+  return result;
+}
+
+} // namespace detail
+
 /// Opens `path` beneath the directory `root`, letting the kernel refuse any escape.
 ///
 /// `root` must be absolute and canonical (no symbolic link in it, as
@@ -149,10 +191,9 @@ struct OpenHow {
   if (relative.empty()) {
     detail::throw_open_error(EXDEV, subject + ": the path is not spelled beneath the root");
   }
-  const UniqueFd root_fd{detail::openat2_cloexec(AT_FDCWD, root.c_str(), O_PATH | O_DIRECTORY, 0,
-                                                 detail::resolve_no_symlinks | detail::resolve_no_magiclinks)};
-  if (!root_fd) {
-    const int error = errno;
+  detail::BeneathOpen opened = detail::try_open_beneath(root, relative, flags, mode);
+  const int error = opened.error;
+  if (opened.root_failed) {
     if (error == ENOSYS) {
       detail::throw_open_error(error, subject + ": openat2 is not available on this kernel (Linux "
                                                 "5.6 or newer is required); refusing to open "
@@ -163,14 +204,11 @@ struct OpenHow {
                                                           "links)"
                                                         : ""));
   }
-  UniqueFd file{detail::openat2_cloexec(root_fd.get(), relative.c_str(), flags, mode,
-                                        detail::resolve_beneath | detail::resolve_no_magiclinks)};
-  if (!file) {
-    const int error = errno;
+  if (!opened.file) {
     detail::throw_open_error(error,
                              subject + (error == EXDEV ? ": the path resolves outside the root" : ": open failed"));
   }
-  return file;
+  return std::move(opened.file);
 #else
   (void)flags;
   (void)mode;
@@ -179,28 +217,108 @@ struct OpenHow {
 #endif
 }
 
-/// Opens `path` for writing as `policy` allows, for in-process write and edit tools.
+namespace detail {
+
+/// What a file of type `mode` is, for an error message ("a FIFO", ...); "" for a regular file.
+[[nodiscard]] constexpr const char* non_regular_kind(::mode_t mode) noexcept {
+  if (S_ISREG(mode)) {
+    return "";
+  }
+  if (S_ISFIFO(mode)) {
+    return "a FIFO";
+  }
+  if (S_ISCHR(mode)) {
+    return "a character device";
+  }
+  if (S_ISBLK(mode)) {
+    return "a block device";
+  }
+  if (S_ISSOCK(mode)) {
+    return "a socket";
+  }
+  if (S_ISDIR(mode)) {
+    return "a directory";
+  }
+  return "not a regular file";
+}
+
+/// Throws when `fd` is open but not on a regular file; `subject` names the call and the path.
+inline void require_regular_file(int fd, const std::string& subject) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    detail::throw_open_error(errno, subject + ": fstat failed");
+  }
+  if (const char* kind = non_regular_kind(info.st_mode); *kind != '\0') {
+    detail::throw_open_error(S_ISDIR(info.st_mode) ? EISDIR : EPERM, subject + ": refusing to write to " + kind +
+                                                                         ": only regular files are opened for writing");
+  }
+}
+
+} // namespace detail
+
+/// Opens `path` for writing as `policy` allows, for in-process write and edit tools; only a
+/// regular file is ever opened.
 ///
 /// read-only: throws std::system_error(EACCES) without touching the filesystem.
-/// workspace-write: `open_beneath(policy.workspace_root, path, flags, mode)` (a relative
-/// `path` is taken against the workspace root; escapes fail with EXDEV).
+/// workspace-write: `open_beneath(policy.workspace_root, path, ...)` (a relative `path` is
+/// taken against the workspace root; escapes fail with EXDEV).
 /// danger-full-access: a plain open(2) of `path` (relative to the workspace root), no
-/// containment. Returns the descriptor; throws std::system_error naming `path` on failure.
+/// containment.
+/// A FIFO, device or socket planted at `path` (or where a symlink there points) is refused
+/// and left untouched: an existing file is first looked at through an O_PATH descriptor,
+/// which opens no device and waits for no FIFO writer or reader; the open itself adds
+/// O_NONBLOCK | O_NOCTTY and never O_TRUNC, its file is checked again with fstat, and only a
+/// regular file is then truncated (when `flags` has O_TRUNC) and set back to blocking (unless
+/// `flags` has O_NONBLOCK). Returns the descriptor; throws std::system_error naming `path` on
+/// failure: EPERM for a FIFO, device or socket ("refusing to write to a FIFO: ..."), EISDIR
+/// for a directory, the open's errno otherwise.
 [[nodiscard]] inline UniqueFd open_for_write(const ResolvedPolicy& policy, const std::filesystem::path& path,
                                              int flags = O_WRONLY | O_CREAT, ::mode_t mode = 0644) {
-  switch (policy.mode) {
-  case SandboxMode::read_only:
+  if (policy.mode == SandboxMode::read_only) {
     detail::throw_open_error(EACCES, "open_for_write(" + json_string_literal(path.native()) +
                                          "): the read-only policy refuses every write");
-  case SandboxMode::workspace_write:
-    return open_beneath(policy.workspace_root, path, flags, mode);
-  case SandboxMode::danger_full_access:
-    break;
   }
-  const std::filesystem::path target = path.is_absolute() ? path : policy.workspace_root / path;
-  UniqueFd file{::open(target.c_str(), flags | O_CLOEXEC, mode)};
-  if (!file) {
-    detail::throw_open_error(errno, "open_for_write(" + json_string_literal(target.native()) + "): open failed");
+  const bool contained = policy.mode == SandboxMode::workspace_write;
+  const std::filesystem::path target = contained || path.is_absolute() ? path : policy.workspace_root / path;
+  const std::string subject = "open_for_write(" + json_string_literal(target.native()) + ")";
+  // Look before opening: O_PATH opens no device and never waits on a FIFO. A path that
+  // cannot be looked at this way is left to the open below, which reports why.
+#if defined(__linux__)
+  const int look_flags = O_PATH | (flags & O_NOFOLLOW);
+  UniqueFd look;
+  if (contained) {
+    if (!path.empty() && policy.workspace_root.is_absolute()) {
+      const std::filesystem::path relative = path.is_absolute() ? path.lexically_relative(policy.workspace_root) : path;
+      if (!relative.empty()) {
+        look = std::move(detail::try_open_beneath(policy.workspace_root, relative, look_flags, 0).file);
+      }
+    }
+  } else {
+    look.reset(::open(target.c_str(), look_flags | O_CLOEXEC));
+  }
+  if (look) {
+    detail::require_regular_file(look.get(), subject);
+  }
+#endif
+  const int open_flags = (flags & ~O_TRUNC) | O_NONBLOCK | O_NOCTTY;
+  UniqueFd file;
+  if (contained) {
+    file = open_beneath(policy.workspace_root, path, open_flags, mode);
+  } else {
+    file.reset(::open(target.c_str(), open_flags | O_CLOEXEC, mode));
+    if (!file) {
+      detail::throw_open_error(errno, subject + ": open failed");
+    }
+  }
+  detail::require_regular_file(file.get(), subject); // a file swapped in after the look
+  if ((flags & O_TRUNC) != 0 && ::ftruncate(file.get(), 0) != 0) {
+    detail::throw_open_error(errno, subject + ": ftruncate failed");
+  }
+  if ((flags & O_NONBLOCK) == 0) {
+    const int status = ::fcntl(file.get(), F_GETFL);
+    if (status < 0 || ::fcntl(file.get(), F_SETFL, status & ~O_NONBLOCK) != 0) {
+      detail::throw_open_error(errno, subject + ": fcntl(F_SETFL) failed");
+    }
   }
   return file;
 }
