@@ -642,7 +642,7 @@ inline void check_trust(const struct stat& status, const SessionLogOptions& opti
   if (!options.allow_shared_write && (status.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     constexpr const char* octal = "01234567";
     const auto bits = static_cast<unsigned>(status.st_mode & 07777U);
-    const std::string mode{'0', octal[(bits >> 9U) & 7U], octal[(bits >> 6U) & 7U], octal[(bits >> 3U) & 7U],
+    const std::string mode{octal[(bits >> 9U) & 7U], octal[(bits >> 6U) & 7U], octal[(bits >> 3U) & 7U],
                            octal[bits & 7U]};
     throw LogError(path, 0,
                    "writable by its group or by other users (mode " + mode +
