@@ -822,8 +822,7 @@ inline void dispose(nlohmann::json& value) noexcept {
 /// A JSON tree that `dispose` takes apart when it goes out of scope (see there why).
 class DisposedJson {
 public:
-  DisposedJson() noexcept = default;
-  explicit DisposedJson(nlohmann::json tree) noexcept : value(std::move(tree)) {}
+  explicit DisposedJson(nlohmann::json&& tree) noexcept : value(std::move(tree)) {}
   DisposedJson(const DisposedJson&) = delete;
   DisposedJson& operator=(const DisposedJson&) = delete;
   ~DisposedJson() { dispose(value); }
@@ -1110,8 +1109,7 @@ public:
   /// allocation happens before the write, so once the line is on disk nothing can fail.
   std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
     // Built first, so that however append ends, the caller's tree is destroyed without allocating.
-    DisposedJson event;
-    event.value = nlohmann::json::object();
+    DisposedJson event(nlohmann::json::object());
     event.value["data"] = std::move(data);
     detail::check_envelope(envelope);
     if (type.find('/') == std::string_view::npos) {
