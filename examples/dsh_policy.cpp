@@ -5,6 +5,7 @@
 #include <dsh/session_log.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
@@ -303,6 +304,9 @@ int run(const std::vector<std::string_view>& args) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (RLIMIT_FSIZE) must make a session-log append fail with EFBIG, which the
+  // log rolls back and reports, rather than kill this process in the middle of it.
+  std::signal(SIGXFSZ, SIG_IGN);
   const std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   try {
     return run(args);

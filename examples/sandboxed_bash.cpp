@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -252,6 +253,9 @@ int run(const Options& options) {
 } // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (RLIMIT_FSIZE) must make a session-log append fail with EFBIG, which the
+  // log rolls back and reports, rather than kill this process in the middle of it.
+  std::signal(SIGXFSZ, SIG_IGN);
   const std::optional<Options> options = parse(argc, argv);
   if (!options) {
     return 2;

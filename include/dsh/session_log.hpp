@@ -10,13 +10,16 @@
 #include <dsh/sandbox_policy.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
+#include <ctime>
 #include <filesystem>
 #include <iterator>
 #include <memory>
@@ -74,6 +77,23 @@ struct TailRepair {
   std::uint64_t offset = 0;        ///< Where it began: the file's size after the cut.
   std::uint64_t removed_bytes = 0; ///< How many bytes were cut.
   bool operator==(const TailRepair&) const = default;
+};
+
+/// How `SessionLog::open` treats the file it opens, and how long a `SessionLog` waits for the
+/// file lock. The defaults suit a log in a directory other users may write to: each relaxation
+/// is an explicit opt-in, because whoever can rewrite the log can rewrite its `sandbox/mode`
+/// events, and so the mode the next run resumes with.
+struct SessionLogOptions {
+  /// Open the file a symbolic link at the log's name points to. By default a link there is
+  /// refused (`O_NOFOLLOW`): whoever could plant it would choose the file the log reads.
+  bool follow_symlink = false;
+  /// Open a log that another user owns. By default only the effective user's own logs open.
+  bool allow_foreign_owner = false;
+  /// Open a log its group or other users may write (mode bits 020 or 002). Refused by default.
+  bool allow_shared_write = false;
+  /// The longest wait for the exclusive file lock (in open, append and refresh); after it the
+  /// call throws LogError. Zero tries once; a negative timeout is a ConfigError.
+  std::chrono::milliseconds lock_timeout{10000};
 };
 
 namespace detail::slog {
@@ -580,7 +600,8 @@ private:
 };
 
 /// Opens `path` with `flags` (and O_CLOEXEC); throws LogError for `named` (the file the
-/// caller is about) naming the failure.
+/// caller is about) naming the failure. With O_NOFOLLOW, a symbolic link at `path` gets a
+/// message that says so and names the option that accepts it.
 [[nodiscard]] inline FileDescriptor open_file(const std::filesystem::path& path, int flags, mode_t mode,
                                               const std::filesystem::path& named) {
   int fd = -1;
@@ -588,21 +609,77 @@ private:
     fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
-    throw LogError(named, 0, with_errno("cannot open", errno));
+    const int error = errno;
+    struct stat status {};
+    if (error == ELOOP && (flags & O_NOFOLLOW) != 0 && ::lstat(path.c_str(), &status) == 0 && S_ISLNK(status.st_mode)) {
+      throw LogError(named, 0,
+                     "cannot open: the name is a symbolic link, which is refused unless "
+                     "SessionLogOptions::follow_symlink is set");
+    }
+    throw LogError(named, 0, with_errno("cannot open", error));
   }
   return FileDescriptor(fd);
 }
 
+/// Throws ConfigError for options no log can use (a negative lock timeout).
+inline void check_options(const SessionLogOptions& options) {
+  if (options.lock_timeout.count() < 0) {
+    throw ConfigError("session log options: lock_timeout: expected a duration of 0 ms or more; found " +
+                      std::to_string(options.lock_timeout.count()) + " ms");
+  }
+}
+
+/// Throws LogError unless the open log `status` is trusted under `options`: owned by the
+/// effective user and writable by nobody else, or explicitly accepted otherwise.
+inline void check_trust(const struct stat& status, const SessionLogOptions& options,
+                        const std::filesystem::path& path) {
+  if (!options.allow_foreign_owner && status.st_uid != ::geteuid()) {
+    throw LogError(path, 0,
+                   "owned by uid " + std::to_string(status.st_uid) + ", not by the effective uid " +
+                       std::to_string(::geteuid()) +
+                       " of this process; refused unless SessionLogOptions::allow_foreign_owner is set");
+  }
+  if (!options.allow_shared_write && (status.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    constexpr const char* octal = "01234567";
+    const auto bits = static_cast<unsigned>(status.st_mode & 07777U);
+    const std::string mode{octal[(bits >> 9U) & 7U], octal[(bits >> 6U) & 7U], octal[(bits >> 3U) & 7U],
+                           octal[bits & 7U]};
+    throw LogError(path, 0,
+                   "writable by its group or by other users (mode " + mode +
+                       "); refused unless SessionLogOptions::allow_shared_write is set");
+  }
+}
+
 /// Holds `flock(LOCK_EX)` on a descriptor for its lifetime: the lock every cooperating
 /// process takes around reading the tail and appending, so appends never interleave and
-/// `seq` stays contiguous across processes.
+/// `seq` stays contiguous across processes. The wait is bounded: it polls with LOCK_NB and
+/// short sleeps (no signal or timer is involved) and throws LogError once `timeout` has passed.
 class ExclusiveFileLock {
 public:
-  ExclusiveFileLock(int fd, const std::filesystem::path& path) : fd_(fd) {
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        throw LogError(path, 0, with_errno("cannot lock", errno));
+  ExclusiveFileLock(int fd, const std::filesystem::path& path, std::chrono::milliseconds timeout) : fd_(fd) {
+    using clock = std::chrono::steady_clock;
+    const clock::time_point deadline = clock::now() + timeout;
+    std::chrono::microseconds pause{50};
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      if (error == EINTR) {
+        continue;
       }
+      if (error != EWOULDBLOCK) {
+        throw LogError(path, 0, with_errno("cannot lock", error));
+      }
+      const clock::time_point now = clock::now();
+      if (now >= deadline) {
+        throw LogError(path, 0,
+                       "cannot lock: another open file description held the lock for the whole lock timeout (" +
+                           std::to_string(timeout.count()) + " ms)");
+      }
+      const auto wait = std::min<clock::duration>(pause, deadline - now);
+      const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count();
+      const std::timespec request{static_cast<std::time_t>(nanoseconds / 1'000'000'000),
+                                  static_cast<long>(nanoseconds % 1'000'000'000)};
+      ::nanosleep(&request, nullptr); // an interrupted sleep only polls sooner
+      pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
     }
   }
   ExclusiveFileLock(const ExclusiveFileLock&) = delete;
@@ -686,6 +763,91 @@ struct Tally {
   std::optional<SandboxMode> mode; ///< The mode of the last `sandbox/mode` event.
 };
 
+/// Returns the last member (of an object) or element (of an array) of `value`, or nullptr.
+[[nodiscard]] inline nlohmann::json* last_child(nlohmann::json& value) noexcept {
+  if (auto* object = value.get_ptr<nlohmann::json::object_t*>()) {
+    return object->empty() ? nullptr : &std::prev(object->end())->second;
+  }
+  if (auto* array = value.get_ptr<nlohmann::json::array_t*>()) {
+    return array->empty() ? nullptr : &array->back();
+  }
+  return nullptr;
+}
+
+/// Removes the last member or element of the object or array `value` (which has one).
+inline void remove_last_child(nlohmann::json& value) noexcept {
+  if (auto* object = value.get_ptr<nlohmann::json::object_t*>()) {
+    object->erase(std::prev(object->end()));
+  } else if (auto* array = value.get_ptr<nlohmann::json::array_t*>()) {
+    array->pop_back();
+  }
+}
+
+/// Destroys the tree of `value`, leaving null, without allocating. nlohmann_json's destructor
+/// moves the children of a non-empty object or array onto a heap-allocated stack, so it ends
+/// the process (std::terminate) when that allocation fails. Here the tree is taken apart from
+/// its last leaf back; destroying a leaf or an empty container allocates nothing. The path
+/// from the root is kept in a fixed array; below its depth the walk restarts from its deepest
+/// entry, slower but still without allocating.
+inline void dispose(nlohmann::json& value) noexcept {
+  std::array<nlohmann::json*, MAX_NESTING + 2> path{};
+  std::size_t depth = 0;
+  path[depth++] = &value;
+  while (depth > 0) {
+    nlohmann::json* parent = nullptr;
+    nlohmann::json* node = path[depth - 1];
+    bool recorded = true;
+    while (nlohmann::json* child = last_child(*node)) {
+      if (recorded && depth < path.size()) {
+        path[depth++] = child;
+      } else {
+        recorded = false;
+      }
+      parent = node;
+      node = child;
+    }
+    // `node` has no children now: remove it from its parent.
+    if (recorded) {
+      --depth;
+      if (depth > 0) {
+        remove_last_child(*path[depth - 1]);
+      }
+    } else {
+      remove_last_child(*parent);
+    }
+  }
+  value = nullptr;
+}
+
+/// A JSON tree that `dispose` takes apart when it goes out of scope (see there why).
+class DisposedJson {
+public:
+  explicit DisposedJson(nlohmann::json&& tree) noexcept : value(std::move(tree)) {}
+  DisposedJson(const DisposedJson&) = delete;
+  DisposedJson& operator=(const DisposedJson&) = delete;
+  ~DisposedJson() { dispose(value); }
+
+  nlohmann::json value; ///< The tree.
+};
+
+/// Returns true if `value` nests no deeper than `limit` levels (a scalar is 0 levels, `[]` 1).
+/// Recurses at most `limit` frames deep, whatever the depth of `value`.
+[[nodiscard]] inline bool nests_within(const nlohmann::json& value, std::size_t limit) noexcept {
+  if (!value.is_structured()) {
+    return true;
+  }
+  if (limit == 0) {
+    return false;
+  }
+  if (const auto* object = value.get_ptr<const nlohmann::json::object_t*>()) {
+    return std::all_of(object->begin(), object->end(),
+                       [limit](const auto& member) { return nests_within(member.second, limit - 1); });
+  }
+  const auto* array = value.get_ptr<const nlohmann::json::array_t*>();
+  return std::all_of(array->begin(), array->end(),
+                     [limit](const nlohmann::json& element) { return nests_within(element, limit - 1); });
+}
+
 /// Returns the decoded string of a string field (a view of the row unless it was escaped).
 [[nodiscard]] inline std::string_view field_text(const Field& field, std::string& storage) {
   if (!field.escaped) {
@@ -754,11 +916,11 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
   }
   ++tally.next_seq;
   if (type == SANDBOX_MODE_EVENT) {
-    const nlohmann::json event = parse_row(row, line, path);
-    if (auto failure = validate_event(event)) {
+    const DisposedJson event(parse_row(row, line, path));
+    if (auto failure = validate_event(event.value)) {
       throw LogError(path, line, *failure);
     }
-    tally.mode = detail::switched_mode(event);
+    tally.mode = detail::switched_mode(event.value);
   }
 }
 
@@ -778,16 +940,19 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
 }
 
 /// Validates the header row (line 1) and returns its fields; `json` receives the whole header.
+/// Compares through `get_ref` and `get`: nlohmann_json's `==` with a string or number builds
+/// a temporary value inside a noexcept operator, which would end the process if that
+/// allocation failed.
 [[nodiscard]] inline SessionHeader check_header(std::string_view row, const std::filesystem::path& path,
                                                 nlohmann::json& json) {
   static_cast<void>(scan_object(row, 1, path));
   json = parse_row(row, 1, path);
   const nlohmann::json* type = header_member(json, "type");
-  if (type == nullptr || *type != "session") {
+  if (type == nullptr || !type->is_string() || type->get_ref<const std::string&>() != "session") {
     bad_header(path, "type", "\"session\"", type);
   }
   const nlohmann::json* version = header_member(json, "version");
-  if (version == nullptr || !version->is_number_integer() || *version != 0) {
+  if (version == nullptr || !version->is_number_integer() || version->get<std::int64_t>() != 0) {
     bad_header(path, "version", "0 (the only version this library reads)", version);
   }
   SessionHeader header;
@@ -821,12 +986,17 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
   }
 }
 
-/// Fsyncs the directory that holds `path`, so that a new directory entry is durable.
-inline void sync_parent_directory(const std::filesystem::path& path) {
-  const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-  const FileDescriptor directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, parent);
-  if (::fsync(directory.get()) != 0) {
-    throw LogError(path, 0, with_errno("cannot sync the parent directory", errno));
+/// The largest number of bytes Linux transfers in one write(2) (0x7ffff000); an event line
+/// must be shorter, since a line is written with exactly one write(2).
+inline constexpr std::uint64_t MAX_WRITE_BYTES = 2'147'479'552;
+
+/// Throws LogError, before anything is written, if an event line of `size` bytes cannot be
+/// written with one write(2).
+inline void check_line_size(std::uint64_t size, const std::filesystem::path& path) {
+  if (size >= MAX_WRITE_BYTES) {
+    throw LogError(path, 0,
+                   "cannot append an event line of " + std::to_string(size) +
+                       " bytes: one write(2) transfers at most 2147479552 bytes; nothing was written");
   }
 }
 
@@ -838,14 +1008,49 @@ inline void sync_parent_directory(const std::filesystem::path& path) {
   return code == 0 ? std::nullopt : std::optional<SandboxMode>(static_cast<SandboxMode>(code - 1));
 }
 
+/// Returns what became of the log's file if the name `path` no longer leads to the open file
+/// `opened` (its `fstat`), or nullptr if it still does. `follow` says whether the name was
+/// opened through a symbolic link. Throws LogError if the name cannot be examined.
+[[nodiscard]] inline const char* lost_file(const struct stat& opened, const std::filesystem::path& path, bool follow) {
+  struct stat named {};
+  const int result = follow ? ::stat(path.c_str(), &named) : ::lstat(path.c_str(), &named);
+  const int error = errno;
+  if (result != 0 && error != ENOENT && error != ENOTDIR) {
+    throw LogError(path, 0, with_errno("cannot stat", error));
+  }
+  if (result == 0 && opened.st_nlink > 0) {
+    return named.st_dev == opened.st_dev && named.st_ino == opened.st_ino ? nullptr
+                                                                          : "another file was put at its name";
+  }
+  const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  struct stat directory {};
+  if (::stat(parent.c_str(), &directory) != 0) {
+    return "its directory was removed";
+  }
+  if (opened.st_nlink == 0) {
+    return result == 0 ? "it was unlinked, and another file was put at its name" : "it was unlinked";
+  }
+  return "it was moved away from its name";
+}
+
+/// A test seam: when set, `SessionLog::create` calls it with the log's path right after
+/// linking the new file at that name, before checking that the name still leads to the file
+/// (so a test can play the process that swaps the name in between). Null in production.
+inline void (*after_link_hook)(const std::filesystem::path&) = nullptr;
+
 /// The shared state of one open log. Writers (append, refresh) are serialized by
 /// `write_mutex` and by the file lock; the row index is also read by `events()` under
 /// `index_mutex`, which writers hold only to publish what they validated.
 class LogState {
 public:
-  explicit LogState(std::filesystem::path log_path) : path(std::move(log_path)) {}
+  LogState(std::filesystem::path log_path, const SessionLogOptions& log_options)
+      : path(std::move(log_path)), options(log_options) {}
+  LogState(const LogState&) = delete;
+  LogState& operator=(const LogState&) = delete;
+  ~LogState() { dispose(header_json); }
 
   const std::filesystem::path path;
+  const SessionLogOptions options;
   FileDescriptor fd;
   SessionHeader header;
   nlohmann::json header_json;
@@ -857,7 +1062,7 @@ public:
       throw LogError(path, 0, "the file is empty; line 1 must be a session header");
     }
     Tally tally;
-    std::deque<std::uint64_t> starts;
+    std::vector<std::uint64_t> starts;
     const std::uint64_t end = for_each_row(fd.get(), path, 0, size, [&](std::string_view row, std::uint64_t offset) {
       if (++tally.lines == 1) {
         header = check_header(row, path, header_json);
@@ -870,6 +1075,13 @@ public:
       throw LogError(path, 1, "the session header has no final newline (a torn header is not repaired)");
     }
     publish(tally, std::move(starts), end, cut_torn_tail(end, size, tally.lines + 1));
+  }
+
+  /// Records the state of a log `create` just wrote: the header line of `size` bytes, no rows.
+  void created(std::uint64_t size) {
+    Tally tally;
+    tally.lines = 1;
+    publish(tally, {}, size, std::nullopt);
   }
 
   /// Validates and indexes rows other processes appended since this state last looked, and
@@ -885,7 +1097,7 @@ public:
       return;
     }
     Tally tally = tally_;
-    std::deque<std::uint64_t> starts;
+    std::vector<std::uint64_t> starts;
     const std::uint64_t end = for_each_row(fd.get(), path, end_, size, [&](std::string_view row, std::uint64_t offset) {
       check_row(row, ++tally.lines, tally, path);
       starts.push_back(offset);
@@ -893,53 +1105,66 @@ public:
     publish(tally, std::move(starts), end, cut_torn_tail(end, size, tally.lines + 1));
   }
 
-  /// Appends one event line durably and returns its seq. See `SessionLog::append`.
+  /// Appends one event line durably and returns its seq. See `SessionLog::append`. Every
+  /// allocation happens before the write, so once the line is on disk nothing can fail.
   std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
+    // Built first, so that however append ends, the caller's tree is destroyed without allocating.
+    DisposedJson event(nlohmann::json::object());
+    event.value["data"] = std::move(data);
     detail::check_envelope(envelope);
     if (type.find('/') == std::string_view::npos) {
       throw LogError(path, 0,
                      "cannot append an event of type " + json_string_literal(type) +
                          ": an event type needs a \"/\" (a type without one marks a packed chunk row)");
     }
-    nlohmann::json event{{"type", type}, {"data", std::move(data)}};
-    const std::optional<SandboxMode> switched = detail::switched_mode(event); // throws if forged
-    const std::string type_json = dump_or_throw(event["type"], path, "the event type");
-    const std::string data_json = dump_or_throw(event["data"], path, "the event data");
+    event.value["type"] = type;
+    const std::optional<SandboxMode> switched = detail::switched_mode(event.value); // throws if forged
+    // A row nests data and envelope values one level below itself, and open refuses rows
+    // nested deeper than MAX_NESTING: such an event could be written but never read back.
+    const auto& members = envelope.get_ref<const nlohmann::json::object_t&>();
+    if (!nests_within(event.value["data"], MAX_NESTING - 1) ||
+        !std::all_of(members.begin(), members.end(),
+                     [](const auto& member) { return nests_within(member.second, MAX_NESTING - 1); })) {
+      throw LogError(path, 0, "cannot append an event nested deeper than 512 levels (no log may hold one)");
+    }
+    const std::string type_json = dump_or_throw(event.value["type"], path, "the event type");
+    const std::string data_json = dump_or_throw(event.value["data"], path, "the event data");
+    std::string envelope_json;
+    for (const auto& [key, value] : members) {
+      envelope_json.append(",").append(json_string_literal(key)).append(":");
+      envelope_json.append(dump_or_throw(value, path, "the event envelope"));
+    }
+    const std::string time = std::to_string(detail::now_epoch_ms());
 
     const std::lock_guard write_lock(write_mutex_);
-    if (broken_) {
-      throw LogError(path, 0, "a failed append could not be rolled back; reopen the log");
-    }
-    const ExclusiveFileLock file_lock(fd.get(), path);
+    refuse_if_unusable();
+    const ExclusiveFileLock file_lock(fd.get(), path, options.lock_timeout);
+    check_still_named();
     catch_up();
     const std::uint64_t seq = tally_.next_seq;
+    const std::string seq_text = std::to_string(seq);
+    constexpr std::string_view parts[] = {R"({"type":)", R"(,"seq":)", R"(,"time":)", R"(,"data":)", "}\n"};
+    std::uint64_t size = type_json.size() + seq_text.size() + time.size() + data_json.size() + envelope_json.size();
+    for (const std::string_view part : parts) {
+      size += part.size();
+    }
+    check_line_size(size, path);
     std::string line;
-    line.reserve(type_json.size() + data_json.size() + 64);
-    line.append(R"({"type":)").append(type_json);
-    line.append(R"(,"seq":)").append(std::to_string(seq));
-    line.append(R"(,"time":)").append(std::to_string(detail::now_epoch_ms()));
-    line.append(R"(,"data":)").append(data_json);
-    for (const auto& [key, value] : envelope.items()) {
-      line.append(",").append(json_string_literal(key)).append(":");
-      line.append(dump_or_throw(value, path, "the event envelope"));
-    }
-    line.append("}\n");
+    line.reserve(static_cast<std::size_t>(size));
+    line.append(parts[0]).append(type_json).append(parts[1]).append(seq_text).append(parts[2]).append(time);
+    line.append(parts[3]).append(data_json).append(envelope_json).append(parts[4]);
+    reserve_row();
     write_line(line);
-
-    Tally tally = tally_;
-    ++tally.lines;
-    ++tally.next_seq;
-    if (switched) {
-      tally.mode = switched;
-    }
-    publish(tally, {end_}, end_ + line.size(), std::nullopt);
+    publish_appended(line.size(), switched);
     return seq;
   }
 
   /// Catches up with other processes' appends. See `SessionLog::refresh`.
   void refresh() {
     const std::lock_guard write_lock(write_mutex_);
-    const ExclusiveFileLock file_lock(fd.get(), path);
+    refuse_if_unusable();
+    const ExclusiveFileLock file_lock(fd.get(), path, options.lock_timeout);
+    check_still_named();
     catch_up();
   }
 
@@ -996,6 +1221,37 @@ public:
   }
 
 private:
+  /// Throws LogError if an earlier failure left this log unable to append.
+  void refuse_if_unusable() const {
+    if (broken_) {
+      throw LogError(path, 0, "a failed append could not be rolled back; reopen the log");
+    }
+    if (lost_ != nullptr) {
+      throw lost_error();
+    }
+  }
+
+  [[nodiscard]] LogError lost_error() const {
+    return {path, 0,
+            std::string("the file this log opened is no longer the file at its name: ") + lost_ +
+                "; nothing was written or read, and this SessionLog refuses to append until the log is "
+                "opened again"};
+  }
+
+  /// Throws LogError, and refuses every later append, if the open file is no longer the one
+  /// at the log's name (unlinked, replaced, or its directory removed): an event written to it
+  /// would be lost to every reader of the name. Call with the file lock held.
+  void check_still_named() {
+    struct stat opened {};
+    if (::fstat(fd.get(), &opened) != 0) {
+      throw LogError(path, 0, with_errno("cannot stat", errno));
+    }
+    if (const char* lost = lost_file(opened, path, options.follow_symlink)) {
+      lost_ = lost;
+      throw lost_error();
+    }
+  }
+
   /// Cuts bytes [end, size) (a line without its final newline) and syncs; returns the repair.
   std::optional<TailRepair> cut_torn_tail(std::uint64_t end, std::uint64_t size, std::size_t line) {
     if (end == size) {
@@ -1008,7 +1264,7 @@ private:
   }
 
   /// Makes validated rows visible to readers.
-  void publish(const Tally& tally, std::deque<std::uint64_t> starts, std::uint64_t end,
+  void publish(const Tally& tally, std::vector<std::uint64_t> starts, std::uint64_t end,
                std::optional<TailRepair> repair) {
     const std::lock_guard lock(index_mutex_);
     if (starts_.empty()) {
@@ -1024,6 +1280,29 @@ private:
     mode_.store(encode_mode(tally.mode), std::memory_order_release);
   }
 
+  /// Makes room in the index for one more row, so that publishing an appended row after its
+  /// write allocates nothing.
+  void reserve_row() {
+    const std::lock_guard lock(index_mutex_);
+    if (starts_.size() == starts_.capacity()) {
+      starts_.reserve(std::max<std::size_t>(16, 2 * starts_.capacity()));
+    }
+  }
+
+  /// Makes the row just written (`size` bytes at the old end) visible; allocates nothing
+  /// (`reserve_row` made room), so it cannot fail once the row is on disk.
+  void publish_appended(std::size_t size, std::optional<SandboxMode> switched) {
+    const std::lock_guard lock(index_mutex_);
+    starts_.push_back(end_);
+    end_ += size;
+    ++tally_.lines;
+    ++tally_.next_seq;
+    if (switched) {
+      tally_.mode = switched;
+    }
+    mode_.store(encode_mode(tally_.mode), std::memory_order_release);
+  }
+
   [[noreturn]] void roll_back(const std::string& failure) {
     if (::ftruncate(fd.get(), static_cast<off_t>(end_)) != 0) {
       broken_ = true;
@@ -1034,22 +1313,28 @@ private:
   }
 
   std::mutex write_mutex_;
-  bool broken_ = false; // guarded by write_mutex_
+  bool broken_ = false;        // guarded by write_mutex_
+  const char* lost_ = nullptr; // what became of the file, once it was lost; guarded by write_mutex_
 
   mutable std::mutex index_mutex_;
-  std::deque<std::uint64_t> starts_; // offset of each event row (grows without copying); guarded by index_mutex_
-  std::uint64_t end_ = 0;            // end of the last validated line; guarded by index_mutex_
-  Tally tally_;                      // guarded by index_mutex_ (writers read it under write_mutex_)
-  std::optional<TailRepair> repair_; // guarded by index_mutex_
+  std::vector<std::uint64_t> starts_; // offset of each event row; guarded by index_mutex_
+  std::uint64_t end_ = 0;             // end of the last validated line; guarded by index_mutex_
+  Tally tally_;                       // guarded by index_mutex_ (writers read it under write_mutex_)
+  std::optional<TailRepair> repair_;  // guarded by index_mutex_
   std::atomic<std::uint8_t> mode_{0};
 };
 
-/// Returns a fresh name beside `path` for the file `create` builds before linking it.
-[[nodiscard]] inline std::filesystem::path staging_name(const std::filesystem::path& path) {
+/// Returns a fresh file name for the file `create` builds beside `name` before linking it.
+[[nodiscard]] inline std::string staging_name(const std::filesystem::path& name) {
   std::random_device entropy;
-  std::filesystem::path name = path;
-  name += ".creating." + std::to_string(::getpid()) + "." + std::to_string(entropy());
-  return name;
+  return name.native() + ".creating." + std::to_string(::getpid()) + "." + std::to_string(entropy());
+}
+
+/// Returns true if `name` in the directory `directory` is the file `opened` (its `fstat`).
+[[nodiscard]] inline bool entry_is(int directory, const char* name, const struct stat& opened) noexcept {
+  struct stat entry {};
+  return ::fstatat(directory, name, &entry, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(entry.st_mode) &&
+         entry.st_dev == opened.st_dev && entry.st_ino == opened.st_ino;
 }
 
 } // namespace detail::slog
@@ -1166,13 +1451,21 @@ public:
 
   /// Creates a new log at `path` holding only the header line
   /// `{"type":"session","version":0,"id":…,"createdAt":…,"cwd":…,"delegationDepth":0}`
-  /// (`cwd` only when the header has one). The file appears whole or not at all: it is
-  /// written and synced under a temporary name beside `path`, then hard-linked to `path`,
-  /// and the directory is synced. Throws LogError if `path` exists (nothing is overwritten),
-  /// if the directory cannot be written or does not support hard links, or if `header` holds
-  /// invalid UTF-8.
-  [[nodiscard]] static SessionLog create(const std::filesystem::path& path, const SessionHeader& header) {
+  /// (`cwd` only when the header has one); `options.lock_timeout` bounds the lock waits of
+  /// the returned log (the other options are about opening an existing file and do not
+  /// apply). The file appears whole or not at all: it is written and synced under a
+  /// temporary name beside `path`, then hard-linked to `path`, checked to be the file at that
+  /// name (same device and inode), and the directory is synced. Throws LogError if `path`
+  /// exists (nothing is overwritten), if the directory cannot be opened or written or does
+  /// not support hard links, or if `header` holds invalid UTF-8. When it throws after the
+  /// link (another process replaced the name in between, or the directory sync failed), it
+  /// first removes its own link: its message ends with "nothing was created", or, if even
+  /// that failed, says that the log exists and is valid. Throws ConfigError for a negative
+  /// lock timeout.
+  [[nodiscard]] static SessionLog create(const std::filesystem::path& path, const SessionHeader& header,
+                                         const SessionLogOptions& options = {}) {
     using namespace detail::slog;
+    check_options(options);
     std::string line = R"({"type":"session","version":0,"id":)" + dump_or_throw(header.id, path, "the session id");
     line += R"(,"createdAt":)" + std::to_string(header.created_at);
     if (header.cwd) {
@@ -1180,27 +1473,70 @@ public:
     }
     line += ",\"delegationDepth\":0}\n";
 
-    const std::filesystem::path staging = staging_name(path);
-    auto state = std::make_unique<LogState>(path);
-    state->fd = open_file(staging, O_RDWR | O_APPEND | O_CREAT | O_EXCL, 0644, path);
+    auto state = std::make_unique<LogState>(path, options);
+    state->header = header;
+    state->header_json = parse_row(std::string_view(line).substr(0, line.size() - 1), 1, path);
+    const std::string name = path.filename().native();
+    if (name.empty() || name == "." || name == "..") {
+      throw LogError(path, 0, "cannot create: the path does not end in a file name");
+    }
+    const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+    // Everything after the link goes through this descriptor, so it concerns the directory
+    // the link was made in even if that directory is renamed meanwhile.
+    const FileDescriptor directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, path);
+    const std::string staging = staging_name(name);
+    int staged = -1;
+    do {
+      staged = ::openat(directory.get(), staging.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                        0644);
+    } while (staged < 0 && errno == EINTR);
+    if (staged < 0) {
+      throw LogError(path, 0, with_errno("cannot open", errno));
+    }
+    state->fd = FileDescriptor(staged);
     try {
       state->write_line(line);
       if (::fsync(state->fd.get()) != 0) {
         throw LogError(path, 0, with_errno("cannot sync the session header", errno));
       }
-      if (::link(staging.c_str(), path.c_str()) != 0) {
+      state->created(line.size());
+      if (::linkat(directory.get(), staging.c_str(), directory.get(), name.c_str(), 0) != 0) {
         throw LogError(path, 0,
                        errno == EEXIST ? std::string("cannot create: the file exists")
                                        : with_errno("cannot create", errno));
       }
     } catch (...) {
-      ::unlink(staging.c_str());
+      ::unlinkat(directory.get(), staging.c_str(), 0);
       throw;
     }
-    ::unlink(staging.c_str());
-    sync_parent_directory(path);
-    const ExclusiveFileLock file_lock(state->fd.get(), path);
-    state->load();
+    // From here on nothing allocates until a failure has been dealt with.
+    ::unlinkat(directory.get(), staging.c_str(), 0);
+    if (after_link_hook != nullptr) {
+      after_link_hook(path);
+    }
+    struct stat opened {};
+    struct stat named {};
+    const char* failure = nullptr;
+    int error = 0;
+    if (::fstat(state->fd.get(), &opened) != 0) {
+      error = errno;
+      failure = "cannot stat the new file";
+    } else if (!entry_is(directory.get(), name.c_str(), opened) || ::lstat(path.c_str(), &named) != 0 ||
+               !S_ISREG(named.st_mode) || named.st_dev != opened.st_dev || named.st_ino != opened.st_ino) {
+      failure = "cannot create: once linked, the name did not lead to the new file (another process replaced or "
+                "moved it)";
+    } else if (::fsync(directory.get()) != 0) {
+      error = errno;
+      failure = "cannot sync the directory";
+    }
+    if (failure != nullptr) {
+      // Removes only this call's own link, and before building the message, which allocates.
+      const bool removed =
+          !entry_is(directory.get(), name.c_str(), opened) || ::unlinkat(directory.get(), name.c_str(), 0) == 0;
+      std::string what = error != 0 ? with_errno(failure, error) : std::string(failure);
+      what += removed ? "; nothing was created" : "; the log exists at this name and is valid";
+      throw LogError(path, 0, what);
+    }
     return SessionLog(std::move(state));
   }
 
@@ -1213,12 +1549,27 @@ public:
   /// torn append) is cut off, the file synced, and the repair reported by `tail_repair()`;
   /// that is the only change open ever makes. Any other damage throws LogError naming the
   /// line and what is wrong, and leaves the file byte-for-byte unchanged. Memory use is one
-  /// offset per row plus a bounded read buffer, whatever the file's size.
-  [[nodiscard]] static SessionLog open(const std::filesystem::path& path) {
+  /// offset per row plus a read buffer that grows only to hold the longest line.
+  ///
+  /// Before reading, and unless `options` opts in, throws LogError if the name is a symbolic
+  /// link, if the file's owner is not the effective user, or if its group or other users may
+  /// write it: whoever can rewrite a log can rewrite the mode it resumes with. Throws
+  /// LogError if the file lock is not acquired within `options.lock_timeout`, and
+  /// ConfigError for a negative timeout. Out of memory throws std::bad_alloc, with the file
+  /// unchanged.
+  [[nodiscard]] static SessionLog open(const std::filesystem::path& path, const SessionLogOptions& options = {}) {
     using namespace detail::slog;
-    auto state = std::make_unique<LogState>(path);
-    state->fd = open_file(path, O_RDWR | O_APPEND, 0, path);
-    const ExclusiveFileLock file_lock(state->fd.get(), path);
+    check_options(options);
+    auto state = std::make_unique<LogState>(path, options);
+    state->fd = open_file(path, O_RDWR | O_APPEND | (options.follow_symlink ? 0 : O_NOFOLLOW), 0, path);
+    struct stat status {};
+    if (::fstat(state->fd.get(), &status) != 0) {
+      throw LogError(path, 0, with_errno("cannot stat", errno));
+    }
+    if (S_ISREG(status.st_mode)) { // anything else, load refuses as not a regular file
+      check_trust(status, options, path);
+    }
+    const ExclusiveFileLock file_lock(state->fd.get(), path, options.lock_timeout);
     state->load();
     return SessionLog(std::move(state));
   }
@@ -1246,11 +1597,19 @@ public:
 
   /// Appends `{"type":type,"seq":<next>,"time":<now, epoch ms>,"data":data}` as one line and
   /// returns its seq. Before anything is written: throws InvariantViolation for a forged
-  /// `sandbox/mode` event, and LogError for a type without "/" or invalid UTF-8. Then, under
-  /// the exclusive file lock, validates rows other processes appended, writes the line with
-  /// one write(2) on the O_APPEND descriptor and fdatasyncs it: when append returns, the event
-  /// is on disk. A failed or short write or a failed sync cuts the file back to its previous
-  /// length and throws LogError.
+  /// `sandbox/mode` event, and LogError for a type without "/", invalid UTF-8, data nested
+  /// deeper than 511 levels (its row would exceed the 512 that opening accepts), or a line of
+  /// 2,147,479,552 bytes or more (the most one write(2) transfers on Linux). Then, under the
+  /// exclusive file lock (waiting at most the lock timeout, else LogError), it checks that
+  /// the open file is still the file at the log's name: if it was unlinked, replaced, or its
+  /// directory removed, it throws LogError saying which, writes nothing, and this log refuses
+  /// every later append and refresh until the log is opened again. It validates rows other
+  /// processes appended, writes the line with one write(2) on the O_APPEND descriptor and
+  /// fdatasyncs it: when append returns, the event is on disk. A failed or short write (also
+  /// EFBIG past a file-size limit: ignore SIGXFSZ, or that signal kills the process first) or
+  /// a failed sync cuts the file back to its previous length and throws LogError. Everything
+  /// append allocates is allocated before the write: std::bad_alloc reaches the caller with
+  /// the file unchanged, and once the line is written append cannot fail.
   std::uint64_t append(std::string_view type, nlohmann::json data) {
     return state_->append(type, std::move(data), nlohmann::json::object());
   }
@@ -1264,7 +1623,8 @@ public:
 
   /// Validates and indexes the rows other processes appended since this log last looked, so
   /// that `events()` and `sandbox_mode_override()` include them. Throws LogError if they are
-  /// damaged (this log then stays as it was).
+  /// damaged (this log then stays as it was), if the file lock is not acquired within the
+  /// lock timeout, or if the open file is no longer the file at the log's name (as `append`).
   void refresh() { state_->refresh(); }
 
 private:
