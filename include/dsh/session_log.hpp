@@ -355,9 +355,11 @@ public:
     const auto index_of = [](const JsMember& member) {
       return array_index(std::string_view(member.key).substr(1, member.key.size() - 2));
     };
-    const auto others =
-        std::ranges::stable_partition(members, [&](const JsMember& m) { return index_of(m).has_value(); });
-    std::ranges::sort(members.begin(), others.begin(), {}, [&](const JsMember& m) { return *index_of(m); });
+    // std::stable_partition rather than the ranges one, whose subrange clang 14 cannot use.
+    const auto others = std::stable_partition(members.begin(), members.end(),
+                                              [&](const JsMember& m) { return index_of(m).has_value(); });
+    std::sort(members.begin(), others,
+              [&](const JsMember& a, const JsMember& b) { return *index_of(a) < *index_of(b); });
     return members;
   }
 
