@@ -3,6 +3,7 @@
 // forged log, or one that cannot be opened), 2 usage error.
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
+#include <dsh/session_store.hpp>
 
 #include <chrono>
 #include <csignal>
@@ -24,15 +25,19 @@ constexpr std::string_view USAGE =
     R"(usage: dsh-policy show LOG [--families LIST] [--escalatable LIST] [--default-mode MODE] [--root DIR] [--json]
        dsh-policy history LOG
        dsh-policy set LOG MODE
+       dsh-policy list --dsh-root DIR [--default-mode MODE]
        dsh-policy --help
 
 Inspects the sandbox policy of a DSH session log (JSONL, one event per line).
+Wherever LOG is expected, --dsh-root DIR --session ID [--cwd CWD] names the log of session ID
+in the DSH session store DIR instead (found in every project directory unless CWD is given).
 
   show     the effective mode and the switch that set it (or that the deployment default
            applies), the canonical workspace root and where it came from, and the exact
            sandbox:policy text the model would be shown
   history  every sandbox/mode switch: seq, time (UTC), mode, source
   set      appends one sandbox/mode switch to MODE
+  list     every session of the store: id, mode, whether the session or the default set it, log
 
 Options of show (they describe the host, which the log does not record):
   --families LIST      enforced families, comma-separated (default: filesystem,bash,terminal; "" for none)
@@ -125,11 +130,70 @@ ShowOptions parse_show_options(const std::vector<std::string_view>& args) {
   return options;
 }
 
+/// The log a command works on: a path given as it is, or a session of a DSH store.
+struct LogSource {
+  std::string path; ///< As shown: the path given, or the stored log's path.
+  std::optional<dsh::DshStoredSession> stored;
+};
+
+/// The options that name a session of a DSH store.
+struct StoreOptions {
+  std::optional<std::string> root;
+  std::optional<std::string> session;
+  std::optional<std::string> cwd;
+};
+
+/// Removes `--dsh-root`, `--session` and `--cwd` (with their values, `--name VALUE` or
+/// `--name=VALUE`) from `args`, wherever they are, and returns them.
+StoreOptions take_store_options(std::vector<std::string_view>& args) {
+  StoreOptions options;
+  std::vector<std::string_view> rest;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view name = args[i];
+    std::optional<std::string_view> value;
+    if (const std::size_t equals = name.find('='); equals != std::string_view::npos && name.starts_with("--")) {
+      value = name.substr(equals + 1);
+      name = name.substr(0, equals);
+    }
+    std::optional<std::string>* slot = name == "--dsh-root"  ? &options.root
+                                       : name == "--session" ? &options.session
+                                       : name == "--cwd"     ? &options.cwd
+                                                             : nullptr;
+    if (slot == nullptr) {
+      rest.push_back(args[i]);
+      continue;
+    }
+    if (!value) {
+      if (++i == args.size()) {
+        throw UsageError("option " + std::string(name) + " needs a value");
+      }
+      value = args[i];
+    }
+    if (*slot) {
+      throw UsageError("option " + std::string(name) + " is given twice");
+    }
+    *slot = std::string(*value);
+  }
+  args = std::move(rest);
+  return options;
+}
+
+/// Finds the stored session the options name.
+LogSource stored_source(const StoreOptions& options) {
+  if (!options.session) {
+    throw UsageError("--dsh-root needs --session ID");
+  }
+  const dsh::DshStoredSession stored = options.cwd
+                                           ? dsh::locate_dsh_session(*options.root, *options.session, *options.cwd)
+                                           : dsh::locate_dsh_session(*options.root, *options.session);
+  return LogSource{stored.path.native(), stored};
+}
+
 /// Opens the log; reports a torn last line that opening cut off.
-dsh::SessionLog open_log(const std::string& path) {
-  dsh::SessionLog log = dsh::SessionLog::open(path);
+dsh::SessionLog open_log(const LogSource& source) {
+  dsh::SessionLog log = source.stored ? dsh::open_dsh_session(*source.stored) : dsh::SessionLog::open(source.path);
   if (const auto repair = log.tail_repair()) {
-    std::cerr << "dsh-policy: session log " << dsh::json_string_literal(path) << " line " << repair->line
+    std::cerr << "dsh-policy: session log " << dsh::json_string_literal(source.path) << " line " << repair->line
               << ": cut off a torn last line (" << repair->removed_bytes << " bytes without a final newline)\n";
   }
   return log;
@@ -200,8 +264,9 @@ std::string family_list(dsh::FamilySet families) {
   return text.empty() ? "none" : text;
 }
 
-int show(const std::string& path, const ShowOptions& options) {
-  const dsh::SessionLog log = open_log(path);
+int show(const LogSource& source, const ShowOptions& options) {
+  const std::string& path = source.path;
+  const dsh::SessionLog log = open_log(source);
   dsh::PolicyOwner owner(options.config);
   std::vector<dsh::Disposer> registrations;
   for (const dsh::Family family : options.enforced) {
@@ -243,8 +308,9 @@ int show(const std::string& path, const ShowOptions& options) {
   return 0;
 }
 
-int history(const std::string& path) {
-  const dsh::SessionLog log = open_log(path);
+int history(const LogSource& source) {
+  const std::string& path = source.path;
+  const dsh::SessionLog log = open_log(source);
   std::vector<Switch> switches;
   for (const nlohmann::json& event : log.events()) {
     if (event.at("type") == dsh::SANDBOX_MODE_EVENT) {
@@ -262,15 +328,44 @@ int history(const std::string& path) {
   return 0;
 }
 
-int set(const std::string& path, dsh::SandboxMode mode) {
-  dsh::SessionLog log = open_log(path);
+int set(const LogSource& source, dsh::SandboxMode mode) {
+  const std::string& path = source.path;
+  dsh::SessionLog log = open_log(source);
   const std::uint64_t seq = log.next_seq();
   dsh::set_sandbox_mode(log, mode);
   std::cout << "appended sandbox/mode " << dsh::to_string(mode) << " at seq " << seq << " to " << path << '\n';
   return 0;
 }
 
-int run(const std::vector<std::string_view>& args) {
+/// Lists the sessions of the store at `root`: one line each on standard output; a session that
+/// cannot be read is reported on standard error, and makes the exit status 1.
+int list(const std::string& root, dsh::SandboxMode default_mode) {
+  std::vector<dsh::LogError> problems;
+  const std::vector<dsh::DshStoredSession> sessions = dsh::list_dsh_sessions(root, &problems);
+  int status = problems.empty() ? 0 : 1;
+  for (const dsh::LogError& problem : problems) {
+    std::cerr << "dsh-policy: " << problem.what() << '\n';
+  }
+  if (sessions.empty()) {
+    std::cout << "no session in the DSH session store " << dsh::json_string_literal(root) << '\n';
+    return status;
+  }
+  for (const dsh::DshStoredSession& stored : sessions) {
+    const std::string where = stored.project + "/" + stored.encoded_id + "/" + stored.path.filename().native();
+    try {
+      const dsh::SessionLog log = open_log(LogSource{stored.path.native(), stored});
+      const std::optional<dsh::SandboxMode> mode = log.sandbox_mode_override();
+      std::cout << dsh::json_string_literal(log.header().id) << "  " << dsh::to_string(mode.value_or(default_mode))
+                << (mode ? "  session  " : "  default  ") << where << '\n';
+    } catch (const dsh::LogError& error) {
+      std::cerr << "dsh-policy: " << where << ": " << error.what() << '\n';
+      status = 1;
+    }
+  }
+  return status;
+}
+
+int run(std::vector<std::string_view> args) {
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
     std::cout << USAGE;
     return 0;
@@ -279,26 +374,54 @@ int run(const std::vector<std::string_view>& args) {
     throw UsageError("missing command");
   }
   const std::string_view command = args[0];
-  if (command != "show" && command != "history" && command != "set") {
+  if (command != "show" && command != "history" && command != "set" && command != "list") {
     throw UsageError("unknown command \"" + std::string(command) + "\"");
   }
-  if (args.size() < 2 || args[1].empty() || args[1].starts_with("--")) {
-    throw UsageError(std::string(command) + " needs a session log");
+  const StoreOptions store = take_store_options(args);
+  if (!store.root && (store.session || store.cwd)) {
+    throw UsageError("--session and --cwd name a session of a DSH store: they need --dsh-root DIR");
   }
-  const std::string path(args[1]);
+  if (command == "list") {
+    if (!store.root || store.session || store.cwd) {
+      throw UsageError("list takes --dsh-root DIR and no session");
+    }
+    dsh::SandboxMode default_mode = dsh::SandboxMode::read_only;
+    if (args.size() == 3 && args[1] == "--default-mode") {
+      default_mode = parse_mode(args[2]);
+    } else if (args.size() == 2 && args[1].starts_with("--default-mode=")) {
+      default_mode = parse_mode(args[1].substr(15));
+    } else if (args.size() != 1) {
+      throw UsageError("list takes only --dsh-root DIR and --default-mode MODE");
+    }
+    return list(*store.root, default_mode);
+  }
+  // The log: a path in the place of LOG, or the session the store options name (then the
+  // remaining arguments shift left by one).
+  LogSource source;
+  std::size_t first_option = 1;
+  if (store.root) {
+    source = stored_source(store);
+  } else {
+    if (args.size() < 2 || args[1].empty() || args[1].starts_with("--")) {
+      throw UsageError(std::string(command) + " needs a session log");
+    }
+    source.path = std::string(args[1]);
+    first_option = 2;
+  }
+  const std::vector<std::string_view> rest(args.begin() + static_cast<std::ptrdiff_t>(first_option), args.end());
   if (command == "show") {
-    return show(path, parse_show_options({args.begin() + 2, args.end()}));
+    return show(source, parse_show_options(rest));
   }
   if (command == "history") {
-    if (args.size() != 2) {
+    if (!rest.empty()) {
       throw UsageError("history takes only a session log");
     }
-    return history(path);
+    return history(source);
   }
-  if (args.size() != 3) {
+  if (rest.size() != 1) {
     throw UsageError("set takes a session log and a mode");
   }
-  return set(path, parse_mode(args[2]));
+  return set(source, parse_mode(rest[0]));
 }
 
 } // namespace

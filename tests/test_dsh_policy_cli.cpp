@@ -359,3 +359,127 @@ TEST_CASE("the agent-host demo passes its own expectations and leaves a log dsh-
   CHECK(usage.status == 2);
   CHECK(usage.err == "usage: agent_host [DIR]\n");
 }
+
+namespace {
+
+/// Writes `content` to `path`, creating its directories.
+void plant(const fs::path& path, const std::string& content) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << content;
+}
+
+} // namespace
+
+TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][store]") {
+  const Workspace ws;
+  const fs::path root = ws.work / "store";
+  plant(root / "--srv-dsh-fixture-project--" / "fixture-basic" / "session.jsonl",
+        read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "basic.jsonl"));
+  plant(root / "_no-cwd" / "fixture-no-switch" / "session.jsonl",
+        read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "no-switch.jsonl"));
+  plant(root / "--srv-z--" / "z" / "session.jsonl.zstd", "\x28\xB5\x2F\xFD");
+  const std::string basic = (root / "--srv-dsh-fixture-project--" / "fixture-basic" / "session.jsonl").string();
+
+  const Run history = ws.policy({"history", "--dsh-root", "store", "--session", "fixture-basic"});
+  CHECK(history.status == 0);
+  CHECK(history.err.empty());
+  CHECK(history.out ==
+        "seq 2  time 1764480000200 (2025-11-30T05:20:00.200Z)  mode workspace-write  source -\n"
+        "seq 5  time 1764480000500 (2025-11-30T05:20:00.500Z)  mode read-only  source -\n"
+        "seq 6  time 1764480000600 (2025-11-30T05:20:00.600Z)  mode danger-full-access  source delegation\n");
+
+  const Run shown = ws.policy({"show", "--session=fixture-basic", "--families", "filesystem", "--dsh-root=store",
+                               "--cwd", "/srv/dsh-fixture/project"});
+  CHECK(shown.status == 0);
+  CHECK(shown.out.starts_with("log:       store/--srv-dsh-fixture-project--/fixture-basic/session.jsonl\n"
+                              "session:   fixture-basic\n"
+                              "mode:      danger-full-access, set by the switch at seq 6"));
+
+  const Run set = ws.policy({"set", "--dsh-root", "store", "--session", "fixture-no-switch", "workspace-write"});
+  CHECK(set.status == 0);
+  CHECK(set.out == "appended sandbox/mode workspace-write at seq 2 to store/_no-cwd/fixture-no-switch/session.jsonl\n");
+
+  const Run listed = ws.policy({"list", "--dsh-root", "store"});
+  CHECK(listed.status == 1); // the Zstandard session cannot be read yet
+  CHECK(listed.out == "\"fixture-basic\"  danger-full-access  session  "
+                      "--srv-dsh-fixture-project--/fixture-basic/session.jsonl\n"
+                      "\"fixture-no-switch\"  workspace-write  session  _no-cwd/fixture-no-switch/session.jsonl\n");
+  CHECK(listed.err ==
+        "dsh-policy: --srv-z--/z/session.jsonl.zstd: session log \"store/--srv-z--/z/session.jsonl.zstd\": "
+        "a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
+        "(configure DSH with compression \"none\" to inspect this session)\n");
+
+  fs::remove_all(root / "--srv-z--");
+  plant(root / "_no-cwd" / "fresh" / "session.jsonl",
+        R"({"type":"session","version":0,"id":"fresh","createdAt":1,"delegationDepth":0})"
+        "\n");
+  const Run defaults = ws.policy({"list", "--dsh-root=store", "--default-mode", "danger-full-access"});
+  CHECK(defaults.status == 0);
+  CHECK(defaults.err.empty());
+  CHECK(defaults.out.ends_with("\"fresh\"  danger-full-access  default  _no-cwd/fresh/session.jsonl\n"));
+
+  const Run missing = ws.policy({"show", "--dsh-root", "store", "--session", "../store"});
+  CHECK(missing.status == 1);
+  CHECK(missing.err ==
+        "dsh-policy: session log \"store\": no DSH session \"../store\" (directory \"..~002Fstore\") in any project "
+        "directory\n");
+
+  const Run empty = ws.policy({"list", "--dsh-root", "scratch-free"});
+  CHECK(empty.status == 1);
+  CHECK(empty.err.starts_with("dsh-policy: session log \"scratch-free\": cannot read the directory: "));
+
+  const std::string hint = " (see dsh-policy --help)\n";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> usage{
+      {{"show", "--dsh-root", "store"}, "--dsh-root needs --session ID"},
+      {{"show", "--session", "x"}, "--session and --cwd name a session of a DSH store: they need --dsh-root DIR"},
+      {{"list"}, "list takes --dsh-root DIR and no session"},
+      {{"list", "--dsh-root", "store", "--session", "x"}, "list takes --dsh-root DIR and no session"},
+      {{"list", "--dsh-root", "store", "extra"}, "list takes only --dsh-root DIR and --default-mode MODE"},
+      {{"history", "--dsh-root", "store", "--session", "fixture-basic", "extra"}, "history takes only a session log"},
+      {{"show", "--dsh-root", "store", "--dsh-root", "store", "--session", "x"}, "option --dsh-root is given twice"},
+      {{"show", "--dsh-root"}, "option --dsh-root needs a value"},
+  };
+  for (const auto& [args, message] : usage) {
+    CAPTURE(args);
+    const Run result = ws.policy(args);
+    CHECK(result.status == 2);
+    CHECK(result.err == std::string("dsh-policy: ").append(message).append(hint));
+  }
+  CHECK(read_file(basic) == read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "basic.jsonl"));
+}
+
+TEST_CASE("dsh-policy reads lone surrogates as DSH writes them and refuses forged modes that carry one",
+          "[cli][surrogates]") {
+  const Workspace ws;
+  const std::string header =
+      R"({"type":"session","version":0,"id":"lone","createdAt":1764480000000,"cwd":"/srv/lone","delegationDepth":0})"
+      "\n";
+  const std::string split = header +
+                            R"({"type":"assistant/chunk","seq":0,"time":1,"data":{"delta":"\ud83d"}})"
+                            "\n"
+                            R"({"type":"assistant/chunk","seq":1,"time":2,"data":{"delta":"\ude00"}})"
+                            "\n"
+                            R"({"type":"sandbox/mode","seq":2,"time":1764480000003,"data":{"mode":"workspace-write"}})"
+                            "\n"
+                            R"({"type":"sandbox/mode\udc00","seq":3,"time":4,"data":{"mode":"danger-full-access"}})"
+                            "\n";
+  plant(ws.work / "split.jsonl", split);
+  const Run history = ws.policy({"history", "split.jsonl"});
+  CHECK(history.status == 0);
+  CHECK(history.err.empty());
+  CHECK(history.out == "seq 2  time 1764480000003 (2025-11-30T05:20:00.003Z)  mode workspace-write  source -\n");
+
+  const std::string forged = header +
+                             R"({"type":"sandbox/mode","seq":0,"time":1,"data":{"mode":"workspace-write\ud800"}})"
+                             "\n";
+  plant(ws.work / "forged.jsonl", forged);
+  for (const char* command : {"show", "history"}) {
+    const Run refused = ws.policy({command, "forged.jsonl"});
+    CHECK(refused.status == 1);
+    CHECK(refused.out.empty());
+    CHECK(refused.err == "dsh-policy: session log \"forged.jsonl\" line 2: sandbox/mode carries unknown mode "
+                         "\"workspace-write\\ud800\"\n");
+  }
+  CHECK(read_file(ws.work / "forged.jsonl") == forged);
+  CHECK(read_file(ws.work / "split.jsonl") == split);
+}

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <concepts>
@@ -163,10 +164,13 @@ template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
   return values;
 }
 
-/// Returns `value` as compact JSON, byte for byte as `value.dump()` writes it, except that
-/// invalid UTF-8 in strings becomes U+FFFD instead of throwing (as with
-/// `nlohmann::json::error_handler_t::replace`). Defined with the model text, whose string
-/// escaping it shares.
+/// Returns `value` as JavaScript's `JSON.stringify` writes the same value (DSH's own text):
+/// strings escaped as `dump()` escapes them, invalid UTF-8 replaced by U+FFFD; every number as
+/// a JavaScript number (a double) in its shortest round-trip form (`1.0` as `1`, `-0.0` as `0`,
+/// `1e21` as `1e+21`, an integer beyond 2^53 rounded to a double, a non-finite one as `null`);
+/// object members with array-index keys (`"0"`, `"42"`, below 2^32 - 1) first in ascending
+/// numeric order, then the others in the tree's (sorted) order. Defined with the model text,
+/// whose string escaping it shares.
 [[nodiscard]] inline std::string compact_json(const nlohmann::json& value);
 
 /// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
@@ -474,7 +478,7 @@ namespace detail {
 /// Checks the invariant of docs/contract.md#the-invariant on one event.
 /// Returns nullopt if the event is valid (every event that is not a `sandbox/mode` object is);
 /// otherwise the exact failure text: `sandbox/mode carries no mode` or
-/// `sandbox/mode carries unknown mode <value as compact JSON>`.
+/// `sandbox/mode carries unknown mode <value as JavaScript's JSON.stringify writes it>`.
 [[nodiscard]] inline std::optional<std::string> validate_event(const nlohmann::json& event) {
   if (!detail::has_type(event, SANDBOX_MODE_EVENT)) {
     return std::nullopt;
@@ -1049,12 +1053,11 @@ inline std::size_t append_utf8_or_replacement(std::string& out, std::string_view
   return out;
 }
 
-/// Appends `text` as a JSON string literal: in double quotes; `"`, `\` and control
-/// characters escaped as JSON does; valid UTF-8 as it is; each maximal ill-formed subpart
-/// replaced by U+FFFD. The result can never end the literal early or start a new line.
-inline void append_json_string(std::string& out, std::string_view text) {
+/// Appends `text` escaped for the inside of a JSON string literal (without the quotes): `"`,
+/// `\` and control characters escaped as JSON and JavaScript's `JSON.stringify` do; valid UTF-8
+/// as it is; each maximal ill-formed subpart replaced by U+FFFD.
+inline void append_json_string_body(std::string& out, std::string_view text) {
   constexpr std::string_view hex = "0123456789abcdef";
-  out += '"';
   const auto plain = [](char c) {
     const auto byte = static_cast<unsigned char>(c);
     return byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\';
@@ -1095,14 +1098,98 @@ inline void append_json_string(std::string& out, std::string_view text) {
     }
     i += consumed;
   }
+}
+
+/// Appends `text` as a JSON string literal: in double quotes, escaped as
+/// `append_json_string_body` escapes it. The result can never end the literal early or start a
+/// new line.
+inline void append_json_string(std::string& out, std::string_view text) {
   out += '"';
+  append_json_string_body(out, text);
+  out += '"';
+}
+
+/// Appends `number` as JavaScript's `Number.prototype.toString` writes it (and so
+/// `JSON.stringify`, except that a non-finite number is `null` there and here): the shortest
+/// digits that read back as `number`, in plain notation for decimal exponents from -7 to 20
+/// and as `d.ddde+N` / `d.ddde-N` beyond them; zero of either sign is `0`.
+inline void append_js_number(std::string& out, double number) {
+  if (!std::isfinite(number)) {
+    out += "null";
+    return;
+  }
+  if (number == 0) {
+    out += '0';
+    return;
+  }
+  if (number < 0) {
+    out += '-';
+    number = -number;
+  }
+  // std::to_chars without a precision gives the shortest round-trip digits (the closest to
+  // the value when several are as short), as JavaScript chooses them: "d.ddde+XX".
+  std::array<char, 32> text; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  const char* const end =
+      std::to_chars(text.data(), text.data() + text.size(), number, std::chars_format::scientific).ptr;
+  std::array<char, 20> digits{};
+  std::size_t count = 0;
+  const char* p = text.data();
+  for (; p < end && *p != 'e'; ++p) {
+    if (*p != '.') {
+      digits[count++] = *p;
+    }
+  }
+  const bool negative_exponent = p + 1 < end && p[1] == '-';
+  int exponent = 0;
+  for (p += 2; p < end; ++p) {
+    exponent = exponent * 10 + (*p - '0');
+  }
+  // The value is 0.<digits> * 10^point: JavaScript's n.
+  const int point = (negative_exponent ? -exponent : exponent) + 1;
+  const auto k = static_cast<int>(count);
+  const std::string_view all(digits.data(), count);
+  if (k <= point && point <= 21) {
+    out.append(all).append(static_cast<std::size_t>(point - k), '0');
+  } else if (0 < point && point <= 21) {
+    out.append(all.substr(0, static_cast<std::size_t>(point)))
+        .append(".")
+        .append(all.substr(static_cast<std::size_t>(point)));
+  } else if (-6 < point && point <= 0) {
+    out.append("0.").append(static_cast<std::size_t>(-point), '0').append(all);
+  } else {
+    out += all.front();
+    if (k > 1) {
+      out.append(".").append(all.substr(1));
+    }
+    out += point - 1 < 0 ? "e-" : "e+";
+    out += std::to_string(point - 1 < 0 ? 1 - point : point - 1);
+  }
+}
+
+/// Returns the value of `key` if it is a canonical array index ("0", or digits without a
+/// leading zero, below 2^32 - 1), whose members JavaScript keeps first in ascending order.
+[[nodiscard]] constexpr std::optional<std::uint32_t> array_index(std::string_view key) noexcept {
+  if (key.empty() || key.size() > 10 || (key.size() > 1 && key.front() == '0')) {
+    return std::nullopt;
+  }
+  std::uint64_t value = 0;
+  for (const char c : key) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    value = value * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (value >= 0xFFFF'FFFFULL) {
+    return std::nullopt;
+  }
+  return static_cast<std::uint32_t>(value);
 }
 
 /// Appends `value` as `compact_json` returns it.
 // Written out rather than calling dump(): every translation unit that can throw
 // InvariantViolation or ConfigError reaches this, and nlohmann's serializer costs such a unit
-// over a tenth of its compile time at -O2. Floating-point numbers still go through the routine
-// dump() itself uses, so that they keep its exact digits.
+// over a tenth of its compile time at -O2; and dump() writes numbers and orders keys as C++
+// does, where DSH's text is JavaScript's.
 inline void append_compact_json(std::string& out, const nlohmann::json& value) {
   using Type = nlohmann::json::value_t;
   const char* separator = "";
@@ -1113,22 +1200,15 @@ inline void append_compact_json(std::string& out, const nlohmann::json& value) {
   case Type::boolean:
     out += value.get_ref<const nlohmann::json::boolean_t&>() ? "true" : "false";
     break;
-  case Type::number_integer:
-    out += std::to_string(value.get_ref<const nlohmann::json::number_integer_t&>());
+  case Type::number_integer: // JavaScript reads every number as a double
+    append_js_number(out, static_cast<double>(value.get_ref<const nlohmann::json::number_integer_t&>()));
     break;
   case Type::number_unsigned:
-    out += std::to_string(value.get_ref<const nlohmann::json::number_unsigned_t&>());
+    append_js_number(out, static_cast<double>(value.get_ref<const nlohmann::json::number_unsigned_t&>()));
     break;
-  case Type::number_float: {
-    const double number = value.get_ref<const nlohmann::json::number_float_t&>();
-    if (!std::isfinite(number)) {
-      out += "null";
-      break;
-    }
-    std::array<char, 64> digits; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-    out.append(digits.data(), nlohmann::detail::to_chars(digits.data(), digits.data() + digits.size(), number));
+  case Type::number_float:
+    append_js_number(out, value.get_ref<const nlohmann::json::number_float_t&>());
     break;
-  }
   case Type::string:
     append_json_string(out, value.get_ref<const std::string&>());
     break;
@@ -1140,16 +1220,35 @@ inline void append_compact_json(std::string& out, const nlohmann::json& value) {
     }
     out += ']';
     break;
-  case Type::object:
-    out += '{';
-    for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
+  case Type::object: {
+    const auto& object = value.get_ref<const nlohmann::json::object_t&>();
+    // The tree keeps its keys sorted as strings ("10" before "9"); JavaScript puts array
+    // indices first, in numeric order.
+    std::vector<std::pair<std::uint32_t, const nlohmann::json::object_t::value_type*>> indices;
+    for (const auto& member : object) {
+      if (const std::optional<std::uint32_t> index = array_index(member.first)) {
+        indices.emplace_back(*index, &member);
+      }
+    }
+    std::ranges::sort(indices, {}, [](const auto& entry) { return entry.first; });
+    const auto append_member = [&](const nlohmann::json::object_t::value_type& member) {
       out += std::exchange(separator, ",");
-      append_json_string(out, key);
+      append_json_string(out, member.first);
       out += ':';
-      append_compact_json(out, member);
+      append_compact_json(out, member.second);
+    };
+    out += '{';
+    for (const auto& entry : indices) {
+      append_member(*entry.second);
+    }
+    for (const auto& member : object) {
+      if (!array_index(member.first)) {
+        append_member(member);
+      }
     }
     out += '}';
     break;
+  }
   case Type::binary:
     out += R"({"bytes":[)";
     for (const std::uint8_t byte : value.get_binary()) {

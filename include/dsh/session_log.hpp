@@ -22,6 +22,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -102,6 +103,348 @@ namespace detail::slog {
 /// scanner here and of nlohmann_json's `dump` and copy on rows that pass.
 inline constexpr std::size_t MAX_NESTING = 512;
 
+/// Returns true if `c` is an ASCII decimal digit.
+[[nodiscard]] constexpr bool is_ascii_digit(char c) noexcept { return c >= '0' && c <= '9'; }
+
+/// Returns the code unit of the four hex digits of a `\u` escape at `at` (just past the `u`),
+/// or -1 when [at, end) does not start with four hex digits.
+[[nodiscard]] constexpr long code_unit_at(const char* at, const char* end) noexcept {
+  if (end - at < 4) {
+    return -1;
+  }
+  long unit = 0;
+  for (int i = 0; i < 4; ++i) {
+    const char c = at[i];
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) {
+      return -1;
+    }
+    unit = unit * 16 + digit;
+  }
+  return unit;
+}
+
+/// True if the number token [start, end) is finite as a double: nlohmann_json refuses one
+/// that overflows (out_of_range 406), so the scanner must too. Decides from the decimal
+/// magnitude of the leading digit, and asks from_chars only at the boundary (1e308).
+[[nodiscard]] inline bool finite_number(const char* start, const char* end) noexcept {
+  const char* p = *start == '-' ? start + 1 : start;
+  std::int64_t digit_position = 0; // decimal exponent of the digit at p
+  const char* integer_end = std::find_if_not(p, end, is_ascii_digit);
+  digit_position = integer_end - p - 1;
+  std::optional<std::int64_t> leading; // decimal exponent of the first non-zero digit
+  for (; p < end && (is_ascii_digit(*p) || *p == '.'); ++p) {
+    if (*p == '.') {
+      continue;
+    }
+    if (*p != '0') {
+      leading = digit_position;
+      break;
+    }
+    --digit_position;
+  }
+  if (!leading) {
+    return true; // zero, whatever the exponent
+  }
+  const char* e = std::find_if(p, end, [](char c) { return c == 'e' || c == 'E'; });
+  std::int64_t exponent = 0;
+  if (e != end) {
+    const bool negative = e[1] == '-';
+    for (const char* d = e + 1 + ((e[1] == '+' || e[1] == '-') ? 1 : 0); d < end; ++d) {
+      exponent = std::min<std::int64_t>(exponent * 10 + (*d - '0'), 1000000);
+    }
+    exponent = negative ? -exponent : exponent;
+  }
+  const std::int64_t magnitude = *leading + exponent;
+  if (magnitude != 308) {
+    return magnitude < 308;
+  }
+  double value = 0;
+  return std::from_chars(start, end, value).ec == std::errc();
+}
+
+/// Walks a JSON string token the scanner accepted (quotes included): passes each run of its
+/// decoded text, as UTF-8, to `text(std::string_view)` and each lone UTF-16 surrogate escape,
+/// as its code unit, to `lone(unsigned)`.
+template <class Text, class Lone> void walk_string_token(std::string_view token, Text&& text, Lone&& lone) {
+  const std::string_view body = token.substr(1, token.size() >= 2 ? token.size() - 2 : 0);
+  const char* const end = body.data() + body.size();
+  std::size_t i = 0;
+  while (i < body.size()) {
+    const std::size_t backslash = std::min(body.find('\\', i), body.size());
+    if (backslash > i) {
+      text(body.substr(i, backslash - i));
+    }
+    i = backslash;
+    if (i + 1 >= body.size()) {
+      return;
+    }
+    const char kind = body[i + 1];
+    if (kind != 'u') {
+      constexpr std::string_view from = "\"\\/bfnrt";
+      constexpr std::string_view to = "\"\\/\b\f\n\r\t";
+      const std::size_t which = from.find(kind);
+      if (which != std::string_view::npos) {
+        text(to.substr(which, 1));
+      }
+      i += 2;
+      continue;
+    }
+    const long unit = code_unit_at(body.data() + i + 2, end);
+    if (unit < 0) {
+      return;
+    }
+    i += 6;
+    auto code = static_cast<std::uint32_t>(unit);
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+      const bool escape_follows = i + 1 < body.size() && body[i] == '\\' && body[i + 1] == 'u';
+      const long low = escape_follows ? code_unit_at(body.data() + i + 2, end) : -1;
+      if (low < 0xDC00 || low > 0xDFFF) {
+        lone(static_cast<unsigned>(unit));
+        continue;
+      }
+      code = 0x10000U + ((code - 0xD800U) << 10U) + static_cast<std::uint32_t>(low - 0xDC00);
+      i += 6;
+    } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+      lone(static_cast<unsigned>(unit));
+      continue;
+    }
+    std::array<char, 4> utf8{};
+    std::size_t length = 0;
+    const auto byte = [](std::uint32_t value) { return static_cast<char>(static_cast<unsigned char>(value)); };
+    if (code < 0x80) {
+      utf8[length++] = byte(code);
+    } else if (code < 0x800) {
+      utf8[length++] = byte(0xC0U | (code >> 6U));
+      utf8[length++] = byte(0x80U | (code & 0x3FU));
+    } else if (code < 0x10000) {
+      utf8[length++] = byte(0xE0U | (code >> 12U));
+      utf8[length++] = byte(0x80U | ((code >> 6U) & 0x3FU));
+      utf8[length++] = byte(0x80U | (code & 0x3FU));
+    } else {
+      utf8[length++] = byte(0xF0U | (code >> 18U));
+      utf8[length++] = byte(0x80U | ((code >> 12U) & 0x3FU));
+      utf8[length++] = byte(0x80U | ((code >> 6U) & 0x3FU));
+      utf8[length++] = byte(0x80U | (code & 0x3FU));
+    }
+    text(std::string_view(utf8.data(), length));
+  }
+}
+
+/// Returns the text of a JSON string token the scanner accepted (quotes included), with each
+/// lone surrogate escape read as U+FFFD: what the parsed tree holds for it.
+[[nodiscard]] inline std::string decode_string_token(std::string_view token) {
+  std::string out;
+  walk_string_token(
+      token, [&out](std::string_view run) { out.append(run); }, [&out](unsigned) { out.append("\xEF\xBF\xBD"); });
+  return out;
+}
+
+/// Rewrites in place each lone UTF-16 surrogate escape of a JSON text the scanner accepted
+/// (`\ud83d` without a low surrogate escape after it, or a low one without a high one before
+/// it) as `\ufffd`, which is as long; returns true if there was one. nlohmann_json refuses
+/// lone surrogates: after this it parses the text, and reads each of them as U+FFFD.
+inline bool replace_lone_surrogates(std::string& text) noexcept {
+  bool replaced = false;
+  const char* const end = text.data() + text.size();
+  for (std::size_t i = text.find('\\'); i != std::string::npos; i = text.find('\\', i)) {
+    // Outside strings valid JSON has no backslash, so every one here starts an escape.
+    if (i + 1 >= text.size() || text[i + 1] != 'u') {
+      i += 2;
+      continue;
+    }
+    const long unit = code_unit_at(text.data() + i + 2, end);
+    if (unit >= 0xD800 && unit <= 0xDBFF) {
+      const bool escape_follows = i + 7 < text.size() && text[i + 6] == '\\' && text[i + 7] == 'u';
+      const long low = escape_follows ? code_unit_at(text.data() + i + 8, end) : -1;
+      if (low >= 0xDC00 && low <= 0xDFFF) {
+        i += 12;
+        continue;
+      }
+    }
+    if (unit >= 0xD800 && unit <= 0xDFFF) {
+      text.replace(i + 2, 4, "fffd");
+      replaced = true;
+    }
+    i += 6;
+  }
+  return replaced;
+}
+
+/// One member of an object as JavaScript keeps it: its key and value as `JSON.stringify`
+/// writes them, and the value's JSON text in the row.
+struct JsMember {
+  std::string key;
+  std::string value;
+  std::string_view raw;
+};
+
+/// Writes a JSON text the scanner accepted as JavaScript's `JSON.stringify` writes the value
+/// `JSON.parse` reads from it (DSH's own text): no whitespace; strings escaped as
+/// `append_json_string_body` escapes them, a lone surrogate as `\udxxx`; numbers as
+/// `append_js_number` writes them (one that underflows is `0`, one that overflows `null`);
+/// objects with a duplicated key keep the last value at the first key's place, array-index
+/// keys first in numeric order, then the others in the order of the text.
+class JsText {
+public:
+  explicit JsText(std::string_view text) noexcept : p_(text.data()), end_(text.data() + text.size()) {}
+
+  /// Appends the value at the current position and moves past it.
+  void value(std::string& out) {
+    skip_space();
+    if (p_ == end_) {
+      return;
+    }
+    switch (*p_) {
+    case '{': {
+      const char* separator = "";
+      out += '{';
+      for (const JsMember& member : object()) {
+        out.append(std::exchange(separator, ",")).append(member.key).append(":").append(member.value);
+      }
+      out += '}';
+      return;
+    }
+    case '[': {
+      ++p_;
+      skip_space();
+      out += '[';
+      const char* separator = "";
+      while (p_ < end_ && *p_ != ']') {
+        out += std::exchange(separator, ",");
+        value(out);
+        skip_space();
+        if (p_ < end_ && *p_ == ',') {
+          ++p_;
+        }
+        skip_space();
+      }
+      ++p_;
+      out += ']';
+      return;
+    }
+    case '"':
+      string(out);
+      return;
+    case 't':
+    case 'f':
+    case 'n': {
+      const std::size_t length = *p_ == 'f' ? 5 : 4;
+      out.append(p_, std::min<std::size_t>(length, static_cast<std::size_t>(end_ - p_)));
+      p_ += std::min<std::size_t>(length, static_cast<std::size_t>(end_ - p_));
+      return;
+    }
+    default:
+      number(out);
+    }
+  }
+
+  /// Reads the object at the current position (it must start there): returns its members in
+  /// JavaScript's order, and moves past it.
+  [[nodiscard]] std::vector<JsMember> object() {
+    std::vector<JsMember> members;
+    skip_space();
+    ++p_;
+    skip_space();
+    while (p_ < end_ && *p_ == '"') {
+      JsMember member;
+      string(member.key);
+      skip_space();
+      ++p_; // ':'
+      skip_space();
+      const char* start = p_;
+      value(member.value);
+      member.raw = std::string_view(start, static_cast<std::size_t>(p_ - start));
+      const auto same = std::ranges::find(members, member.key, &JsMember::key);
+      if (same != members.end()) {
+        same->value = std::move(member.value);
+        same->raw = member.raw;
+      } else {
+        members.push_back(std::move(member));
+      }
+      skip_space();
+      if (p_ < end_ && *p_ == ',') {
+        ++p_;
+        skip_space();
+      }
+    }
+    ++p_; // '}'
+    const auto index_of = [](const JsMember& member) {
+      return array_index(std::string_view(member.key).substr(1, member.key.size() - 2));
+    };
+    // std::stable_partition rather than the ranges one, whose subrange clang 14 cannot use.
+    const auto others = std::stable_partition(members.begin(), members.end(),
+                                              [&](const JsMember& m) { return index_of(m).has_value(); });
+    std::sort(members.begin(), others,
+              [&](const JsMember& a, const JsMember& b) { return *index_of(a) < *index_of(b); });
+    return members;
+  }
+
+private:
+  void skip_space() noexcept {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) {
+      ++p_;
+    }
+  }
+
+  void string(std::string& out) {
+    const char* start = p_++;
+    while (p_ < end_ && *p_ != '"') {
+      p_ += *p_ == '\\' ? 2 : 1;
+    }
+    p_ = std::min(p_ + 1, end_);
+    static constexpr std::string_view hex = "0123456789abcdef";
+    out += '"';
+    walk_string_token(
+        std::string_view(start, static_cast<std::size_t>(p_ - start)),
+        [&out](std::string_view run) { append_json_string_body(out, run); },
+        [&out](unsigned unit) {
+          out.append("\\u");
+          for (unsigned shift = 16; shift > 0; shift -= 4) {
+            out += hex[(unit >> (shift - 4)) & 0xFU];
+          }
+        });
+    out += '"';
+  }
+
+  void number(std::string& out) {
+    const char* start = p_;
+    while (p_ < end_ && (is_ascii_digit(*p_) || *p_ == '-' || *p_ == '+' || *p_ == '.' || *p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+    }
+    double number = 0;
+    const std::from_chars_result parsed = std::from_chars(start, p_, number);
+    if (parsed.ec == std::errc::result_out_of_range) {
+      // JavaScript reads a number beyond the doubles as +-Infinity, and one too small as +-0.
+      number = finite_number(start, p_) ? 0.0 : std::numeric_limits<double>::infinity();
+    }
+    append_js_number(out, number);
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+/// Returns the `data.mode` of a row the scanner accepted as `JSON.stringify` writes the value
+/// DSH reads from it (the last of duplicated keys), or nullopt when the row has none.
+[[nodiscard]] inline std::optional<std::string> js_mode_text(std::string_view row) {
+  JsText top(row);
+  for (const JsMember& member : top.object()) {
+    if (member.key == R"("data")" && member.raw.starts_with('{')) {
+      JsText data(member.raw);
+      for (const JsMember& inner : data.object()) {
+        if (inner.key == R"("mode")") {
+          return inner.value;
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 /// One member of a row that the scanner extracts.
 struct Field {
   bool present = false;     ///< The key occurs.
@@ -117,17 +460,19 @@ enum class RowKind : std::uint8_t { object, array, other };
 /// What the scanner learned about one row: only what validation needs.
 struct RowFacts {
   RowKind kind = RowKind::other;
-  Field type; ///< top-level "type": a string
-  Field seq;  ///< top-level "seq": a non-negative integer
-  Field seq0; ///< top-level "seq0": a non-negative integer
-  Field dt;   ///< "data"."dt": an array (number = its element count)
+  Field type;                  ///< top-level "type": a string
+  Field seq;                   ///< top-level "seq": a non-negative integer
+  Field seq0;                  ///< top-level "seq0": a non-negative integer
+  Field dt;                    ///< "data"."dt": an array (number = its element count)
+  bool lone_surrogate = false; ///< some string holds a lone UTF-16 surrogate escape
 };
 
 /// A validating single-pass scanner for one row: checks that the row is exactly one JSON
-/// value (RFC 8259 grammar, strings of well-formed UTF-8, escapes and surrogate pairs as
-/// nlohmann_json accepts them, nesting at most MAX_NESTING) and extracts the fields of
-/// `RowFacts` without building a tree. A duplicated key among the extracted ones is an error,
-/// because JSON leaves its meaning open. Everything it accepts, nlohmann_json parses.
+/// value (RFC 8259 grammar, strings of well-formed UTF-8, any `\u` escape including a lone
+/// UTF-16 surrogate, nesting at most MAX_NESTING) and extracts the fields of `RowFacts`
+/// without building a tree. A duplicated key among the extracted ones is an error, because
+/// JSON leaves its meaning open. Everything it accepts, nlohmann_json parses once
+/// `replace_lone_surrogates` has rewritten the lone surrogate escapes nlohmann_json refuses.
 class RowScanner {
 public:
   explicit RowScanner(std::string_view row) noexcept
@@ -144,6 +489,7 @@ public:
       return false;
     }
     skip_space();
+    facts.lone_surrogate = lone_surrogate_;
     return p_ == end_ || fail("unexpected text after the JSON value");
   }
 
@@ -202,13 +548,11 @@ private:
     return true;
   }
 
-  static bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
-
   bool digits() noexcept {
-    if (p_ == end_ || !is_digit(*p_)) {
+    if (p_ == end_ || !is_ascii_digit(*p_)) {
       return fail("invalid number");
     }
-    while (p_ < end_ && is_digit(*p_)) {
+    while (p_ < end_ && is_ascii_digit(*p_)) {
       ++p_;
     }
     return true;
@@ -249,52 +593,13 @@ private:
     return true;
   }
 
-  /// True if the number token [start, end) is finite as a double: nlohmann_json refuses one
-  /// that overflows (out_of_range 406), so the scanner must too. Decides from the decimal
-  /// magnitude of the leading digit, and asks from_chars only at the boundary (1e308).
-  static bool finite_number(const char* start, const char* end) noexcept {
-    const char* p = *start == '-' ? start + 1 : start;
-    std::int64_t digit_position = 0; // decimal exponent of the digit at p
-    const char* integer_end = std::find_if_not(p, end, is_digit);
-    digit_position = integer_end - p - 1;
-    std::optional<std::int64_t> leading; // decimal exponent of the first non-zero digit
-    for (; p < end && (is_digit(*p) || *p == '.'); ++p) {
-      if (*p == '.') {
-        continue;
-      }
-      if (*p != '0') {
-        leading = digit_position;
-        break;
-      }
-      --digit_position;
-    }
-    if (!leading) {
-      return true; // zero, whatever the exponent
-    }
-    const char* e = std::find_if(p, end, [](char c) { return c == 'e' || c == 'E'; });
-    std::int64_t exponent = 0;
-    if (e != end) {
-      const bool negative = e[1] == '-';
-      for (const char* d = e + 1 + ((e[1] == '+' || e[1] == '-') ? 1 : 0); d < end; ++d) {
-        exponent = std::min<std::int64_t>(exponent * 10 + (*d - '0'), 1000000);
-      }
-      exponent = negative ? -exponent : exponent;
-    }
-    const std::int64_t magnitude = *leading + exponent;
-    if (magnitude != 308) {
-      return magnitude < 308;
-    }
-    double value = 0;
-    return std::from_chars(start, end, value).ec == std::errc();
-  }
-
   /// Scans a number into `field` as a non-negative integer when it is one.
   bool integer_member(Field& field, std::size_t depth) {
     const char* start = p_;
     if (!value(Slot::none, depth)) {
       return false;
     }
-    field.valid = p_ > start && std::all_of(start, p_, is_digit);
+    field.valid = p_ > start && std::all_of(start, p_, is_ascii_digit);
     for (const char* c = start; field.valid && c < p_; ++c) {
       const auto digit = static_cast<std::uint64_t>(*c - '0');
       field.valid = field.number <= (UINT64_MAX - digit) / 10;
@@ -313,35 +618,6 @@ private:
     const std::uint64_t special =
         ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (word - ones * 0x20) | word;
     return (special & highs) == 0;
-  }
-
-  static int hex_digit(char c) noexcept {
-    if (c >= '0' && c <= '9') {
-      return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-      return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-      return c - 'A' + 10;
-    }
-    return -1;
-  }
-
-  /// Reads the four hex digits of a `\u` escape at `at` (just past the `u`), or -1.
-  [[nodiscard]] long code_unit(const char* at) const noexcept {
-    if (end_ - at < 4) {
-      return -1;
-    }
-    long unit = 0;
-    for (int i = 0; i < 4; ++i) {
-      const int digit = hex_digit(at[i]);
-      if (digit < 0) {
-        return -1;
-      }
-      unit = unit * 16 + digit;
-    }
-    return unit;
   }
 
   bool escape() noexcept {
@@ -364,20 +640,23 @@ private:
     default:
       return fail("invalid escape");
     }
-    const long unit = code_unit(p_ + 2);
+    const long unit = code_unit_at(p_ + 2, end_);
     if (unit < 0) {
       return fail("invalid \\u escape");
     }
-    if (unit >= 0xDC00 && unit <= 0xDFFF) {
-      return fail("low surrogate without a high surrogate before it");
-    }
     p_ += 6;
+    // A lone surrogate escape is valid JSON (RFC 8259's grammar allows it, and JavaScript's
+    // JSON.parse reads it as one UTF-16 code unit); DSH writes one when a streamed chunk
+    // splits a pair. A high surrogate followed by a low one is a pair and takes both escapes.
     if (unit >= 0xD800 && unit <= 0xDBFF) {
-      const long low = end_ - p_ >= 2 && p_[0] == '\\' && p_[1] == 'u' ? code_unit(p_ + 2) : -1;
-      if (low < 0xDC00 || low > 0xDFFF) {
-        return fail("high surrogate without a low surrogate after it");
+      const long low = end_ - p_ >= 2 && p_[0] == '\\' && p_[1] == 'u' ? code_unit_at(p_ + 2, end_) : -1;
+      if (low >= 0xDC00 && low <= 0xDFFF) {
+        p_ += 6;
+      } else {
+        lone_surrogate_ = true;
       }
-      p_ += 6;
+    } else if (unit >= 0xDC00 && unit <= 0xDFFF) {
+      lone_surrogate_ = true;
     }
     return true;
   }
@@ -434,7 +713,7 @@ private:
     std::string decoded;
     std::string_view name = token.substr(1, token.size() - 2);
     if (escaped_) {
-      decoded = nlohmann::json::parse(token).get<std::string>();
+      decoded = decode_string_token(token);
       name = decoded;
     }
     if (slot == Slot::data) {
@@ -561,6 +840,7 @@ private:
   const char* reason_ = "";
   bool utf8_error_ = false;
   bool escaped_ = false;
+  bool lone_surrogate_ = false; ///< the row holds a lone surrogate escape
   RowFacts* facts_ = nullptr;
   Field data_; ///< only its presence matters: "data" must not be duplicated
 };
@@ -853,7 +1133,7 @@ public:
   if (!field.escaped) {
     return field.token.substr(1, field.token.size() - 2);
   }
-  storage = nlohmann::json::parse(field.token).get<std::string>();
+  storage = decode_string_token(field.token);
   return storage;
 }
 
@@ -872,10 +1152,17 @@ public:
   return facts;
 }
 
-/// Parses a row the scanner accepted into a tree (for the few rows that need one).
+/// Parses a row the scanner accepted into a tree (for the few rows that need one), each lone
+/// surrogate escape read as U+FFFD (see `replace_lone_surrogates`).
 [[nodiscard]] inline nlohmann::json parse_row(std::string_view row, std::size_t line,
                                               const std::filesystem::path& path) {
   try {
+    if (row.find("\\u") != std::string_view::npos) {
+      std::string text(row);
+      if (replace_lone_surrogates(text)) {
+        return nlohmann::json::parse(text);
+      }
+    }
     return nlohmann::json::parse(row);
   } catch (const nlohmann::json::exception& error) {
     throw LogError(path, line, std::string("not valid JSON: ") + error.what());
@@ -918,7 +1205,10 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
   if (type == SANDBOX_MODE_EVENT) {
     const DisposedJson event(parse_row(row, line, path));
     if (auto failure = validate_event(event.value)) {
-      throw LogError(path, line, *failure);
+      // The tree has sorted the keys and replaced lone surrogates: show the value as DSH
+      // itself would write it, from the row's own text.
+      const std::optional<std::string> mode = js_mode_text(row);
+      throw LogError(path, line, mode ? "sandbox/mode carries unknown mode " + *mode : *failure);
     }
     tally.mode = detail::switched_mode(event.value);
   }
@@ -1181,6 +1471,7 @@ public:
     read_exactly(fd.get(), path, row.data(), row.size(), begin);
     const std::size_t line = index + 2;
     try {
+      replace_lone_surrogates(row); // read as U+FFFD: nlohmann_json refuses them
       return nlohmann::json::parse(row);
     } catch (const nlohmann::json::exception& error) {
       throw LogError(path, line, std::string("changed on disk after it was validated: ") + error.what());

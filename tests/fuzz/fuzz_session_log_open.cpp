@@ -4,11 +4,14 @@
 // Properties:
 //  - open throws nothing but LogError, and a refused file is left byte-for-byte unchanged;
 //  - an accepted file is changed only by cutting an unterminated last line, as reported;
-//  - every row the scanner accepted parses with nlohmann_json, the rows' seqs add up to
-//    next_seq(), and the O(1) override equals the fold over the parsed rows;
+//  - every row the scanner accepted parses with nlohmann_json once its lone surrogate escapes
+//    are rewritten (events() does that), the rows' seqs add up to next_seq(), and the O(1)
+//    override equals the fold over the parsed rows;
 //  - a line refused as malformed JSON is refused by nlohmann_json too, except where the
 //    scanner is deliberately stricter: duplicated keys it reads, nesting, a byte-order mark
-//    (nlohmann_json skips one), a NUL byte (nlohmann_json takes it for the end of the input);
+//    (nlohmann_json skips one), a NUL byte (nlohmann_json takes it for the end of the input).
+//    The scanner is more lenient in one way, lone surrogate escapes (valid JSON, which DSH
+//    writes): lines holding one are covered by the property above, not by this one;
 //  - after an append the log still opens, one row longer.
 #include <dsh/session_log.hpp>
 

@@ -2,18 +2,48 @@
 // event and also as the mode of a sandbox/mode event (so invalid UTF-8 reaches the failure
 // text). Properties: the result is nullopt or one of the two texts of docs/contract.md#the-invariant; check_event and
 // the fold agree with it; the failure text is valid UTF-8; the library's own compact JSON (the
-// value in that text) is byte for byte what dump() writes.
+// value in that text, written as JavaScript's JSON.stringify writes it) reads back as the same
+// value with every number a double and invalid UTF-8 replaced.
 #include <dsh/sandbox_policy.hpp>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 namespace {
 
+/// Returns `value` as JavaScript holds it: every number a double (a non-finite one null, as
+/// JSON.stringify writes it), every string with invalid UTF-8 replaced by U+FFFD.
+nlohmann::json as_javascript(const nlohmann::json& value) {
+  if (value.is_number()) {
+    const double number = value.get<double>();
+    return std::isfinite(number) ? nlohmann::json(number) : nlohmann::json();
+  }
+  if (value.is_string()) {
+    return dsh::detail::repaired_utf8(value.get_ref<const std::string&>());
+  }
+  if (value.is_array()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const nlohmann::json& element : value) {
+      out.push_back(as_javascript(element));
+    }
+    return out;
+  }
+  if (value.is_object()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [key, member] : value.get_ref<const nlohmann::json::object_t&>()) {
+      out[dsh::detail::repaired_utf8(key)] = as_javascript(member);
+    }
+    return out;
+  }
+  return value;
+}
+
 void check(const nlohmann::json& event) {
-  if (dsh::detail::compact_json(event) != event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) {
+  if (nlohmann::json::parse(dsh::detail::compact_json(event)) != as_javascript(event)) {
     std::abort();
   }
   const std::optional<std::string> failure = dsh::validate_event(event);

@@ -1,0 +1,357 @@
+/// @file
+/// DSH's session store: where DSH keeps each session's log under its configured root.
+///
+/// DSH writes a session to `<root>/<project>/<encoded id>/session.jsonl` (or
+/// `session.jsonl.zstd` when it compresses), where `<project>` is the project key of the
+/// session's cwd, or `_no-cwd` for a session without one, and `<encoded id>` the session id made
+/// into one safe path segment. These functions compute those names exactly as DSH does, find a
+/// session's log by id, list the logs of a store, and open one as a `dsh::SessionLog`.
+///
+/// The store never follows a symbolic link beneath the root: a project directory that is a link
+/// is not part of the store (DSH's own listing skips it too), and a session directory or log
+/// file that is a link is refused. The checks look at the directory entries before the log is
+/// opened, so they guard against a mistaken or planted link, not against someone who can
+/// rename entries inside the root while it is being read.
+#pragma once
+
+#include <dsh/sandbox_policy.hpp>
+#include <dsh/session_log.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <sys/stat.h>
+
+namespace dsh {
+
+/// How a DSH session log is stored on disk.
+enum class DshLogEncoding : std::uint8_t {
+  plain, ///< `session.jsonl`: JSON lines.
+  zstd,  ///< `session.jsonl.zstd`: independent checksummed Zstandard frames of JSON lines.
+};
+
+/// One session log of a DSH session store.
+struct DshStoredSession {
+  std::filesystem::path path; ///< `<root>/<project>/<encoded id>/session.jsonl[.zstd]`.
+  std::string project;        ///< The project directory's name: a project key, or `_no-cwd`.
+  std::string encoded_id;     ///< The session directory's name: the encoded session id.
+  DshLogEncoding encoding = DshLogEncoding::plain;
+  bool operator==(const DshStoredSession&) const = default;
+};
+
+/// The project directory of the sessions that have no cwd.
+inline constexpr std::string_view DSH_NO_CWD_PROJECT = "_no-cwd";
+
+namespace detail::store {
+
+/// Returns true if DSH keeps the UTF-16 code unit `unit` as it is in a path segment.
+[[nodiscard]] constexpr bool safe_unit(std::uint32_t unit) noexcept {
+  return (unit >= 'A' && unit <= 'Z') || (unit >= 'a' && unit <= 'z') || (unit >= '0' && unit <= '9') || unit == '.' ||
+         unit == '_' || unit == '-';
+}
+
+/// Appends `~XXXX`, the code unit in four upper-case hex digits: DSH's escape.
+inline void append_unit_escape(std::string& out, std::uint32_t unit) {
+  static constexpr std::string_view hex = "0123456789ABCDEF";
+  out += '~';
+  for (unsigned shift = 16; shift > 0; shift -= 4) {
+    out += hex[(unit >> (shift - 4)) & 0xFU];
+  }
+}
+
+/// Calls `on_unit(unit)` for each UTF-16 code unit of the UTF-8 text `text` (JavaScript's view
+/// of the same string); throws ConfigError naming `what` unless `text` is non-empty UTF-8.
+template <class OnUnit> void for_each_utf16_unit(std::string_view text, std::string_view what, OnUnit&& on_unit) {
+  if (text.empty() || !is_utf8(text)) {
+    throw ConfigError(expectation_message(what, "a non-empty UTF-8 string", std::string(text)));
+  }
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t length = 1;
+    static_cast<void>(utf8_sequence(text.substr(i), &length));
+    const auto byte = [&](std::size_t k) {
+      return static_cast<std::uint32_t>(static_cast<unsigned char>(text[i + k]));
+    };
+    std::uint32_t code = length == 1   ? byte(0)
+                         : length == 2 ? ((byte(0) & 0x1FU) << 6U) | (byte(1) & 0x3FU)
+                         : length == 3 ? ((byte(0) & 0x0FU) << 12U) | ((byte(1) & 0x3FU) << 6U) | (byte(2) & 0x3FU)
+                                       : ((byte(0) & 0x07U) << 18U) | ((byte(1) & 0x3FU) << 12U) |
+                                             ((byte(2) & 0x3FU) << 6U) | (byte(3) & 0x3FU);
+    if (code >= 0x10000) {
+      code -= 0x10000;
+      on_unit(0xD800U + (code >> 10U));
+      on_unit(0xDC00U + (code & 0x3FFU));
+    } else {
+      on_unit(code);
+    }
+    i += length;
+  }
+}
+
+/// Returns what `lstat` says about `path`: nullopt when it does not exist; throws LogError for
+/// `named` on any other failure.
+[[nodiscard]] inline std::optional<struct stat> entry_status(const std::filesystem::path& path,
+                                                             const std::filesystem::path& named) {
+  struct stat status {};
+  if (::lstat(path.c_str(), &status) != 0) {
+    if (errno == ENOENT) {
+      return std::nullopt;
+    }
+    throw LogError(named, 0, slog::with_errno("cannot examine " + json_string_literal(path.native()), errno));
+  }
+  return status;
+}
+
+/// Returns the log in the session directory `session_dir`, or nullopt when it holds none;
+/// throws LogError when it holds both encodings or a log that is not a regular file (a link).
+[[nodiscard]] inline std::optional<DshStoredSession> log_in(const std::filesystem::path& session_dir,
+                                                            std::string project, std::string encoded_id) {
+  std::optional<DshStoredSession> found;
+  for (const DshLogEncoding encoding : {DshLogEncoding::plain, DshLogEncoding::zstd}) {
+    std::filesystem::path path =
+        session_dir / (encoding == DshLogEncoding::plain ? "session.jsonl" : "session.jsonl.zstd");
+    const std::optional<struct stat> status = entry_status(path, path);
+    if (!status) {
+      continue;
+    }
+    if (S_ISLNK(status->st_mode)) {
+      throw LogError(path, 0, "is a symbolic link; a DSH session store never follows one out of its root");
+    }
+    if (!S_ISREG(status->st_mode)) {
+      throw LogError(path, 0, "not a regular file");
+    }
+    if (found) {
+      throw LogError(path, 0,
+                     "the session directory holds both session.jsonl and session.jsonl.zstd; DSH refuses such a "
+                     "session as well");
+    }
+    found = DshStoredSession{std::move(path), project, encoded_id, encoding};
+  }
+  return found;
+}
+
+/// Returns the log of the session whose directory entry is `root/project/encoded_id`, or
+/// nullopt when there is no such entry; throws LogError when the entry is a link or no directory.
+[[nodiscard]] inline std::optional<DshStoredSession>
+session_at(const std::filesystem::path& root, const std::string& project, const std::string& encoded_id) {
+  const std::filesystem::path dir = root / project / encoded_id;
+  const std::optional<struct stat> status = entry_status(dir, dir);
+  if (!status) {
+    return std::nullopt;
+  }
+  if (S_ISLNK(status->st_mode)) {
+    throw LogError(dir, 0, "is a symbolic link; a DSH session store never follows one out of its root");
+  }
+  if (!S_ISDIR(status->st_mode)) {
+    throw LogError(dir, 0, "not a directory, where DSH keeps a session's directory");
+  }
+  return log_in(dir, project, encoded_id);
+}
+
+/// Returns the names of the real directories (not links to one) in `dir`, sorted; throws
+/// LogError for `dir` if it cannot be read.
+[[nodiscard]] inline std::vector<std::string> subdirectories(const std::filesystem::path& dir) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(dir, error);
+  if (error) {
+    throw LogError(dir, 0, "cannot read the directory: " + error.message());
+  }
+  std::vector<std::string> names;
+  for (const std::filesystem::directory_iterator end; it != end; it.increment(error)) {
+    if (error) {
+      throw LogError(dir, 0, "cannot read the directory: " + error.message());
+    }
+    const std::filesystem::file_status status = it->symlink_status(error);
+    if (!error && status.type() == std::filesystem::file_type::directory) {
+      names.push_back(it->path().filename().native());
+    }
+  }
+  if (error) {
+    throw LogError(dir, 0, "cannot read the directory: " + error.message());
+  }
+  std::ranges::sort(names);
+  return names;
+}
+
+} // namespace detail::store
+
+/// Encodes `text` as DSH encodes a session id into one path segment: each UTF-16 code unit of
+/// `A`-`Z`, `a`-`z`, `0`-`9`, `.`, `_` and `-` as it is, every other one (`/`, `~`, NUL,
+/// non-ASCII, ...) as `~XXXX` (its four upper-case hex digits; a character beyond U+FFFF is two
+/// units), and `.` and `..` as `~002E` and `~002E~002E`. The result is never empty, `.` or `..`,
+/// and holds no `/`: it cannot leave the directory it is joined to. Throws ConfigError for an
+/// empty `text` or one that is not UTF-8.
+[[nodiscard]] inline std::string dsh_encode_segment(std::string_view text) {
+  std::string out;
+  detail::store::for_each_utf16_unit(text, "DSH session id", [&out](std::uint32_t unit) {
+    if (detail::store::safe_unit(unit)) {
+      out += static_cast<char>(unit);
+    } else {
+      detail::store::append_unit_escape(out, unit);
+    }
+  });
+  if (out == "." || out == "..") {
+    out = out == "." ? "~002E" : "~002E~002E";
+  }
+  return out;
+}
+
+/// Returns DSH's project key of the cwd `cwd`: each run of `/`, `\` and `:` becomes one `-`,
+/// the other code units are kept or escaped as in `dsh_encode_segment`, leading `-` are
+/// removed (an empty rest is `root`), the result is cut to 251 bytes and framed as `--key--`.
+/// Throws ConfigError for an empty `cwd` or one that is not UTF-8.
+[[nodiscard]] inline std::string dsh_project_key(std::string_view cwd) {
+  std::string readable;
+  bool separator_run = false;
+  detail::store::for_each_utf16_unit(cwd, "DSH session cwd", [&](std::uint32_t unit) {
+    if (unit == '/' || unit == '\\' || unit == ':') {
+      if (!separator_run) {
+        readable += '-';
+      }
+      separator_run = true;
+      return;
+    }
+    separator_run = false;
+    if (detail::store::safe_unit(unit)) {
+      readable += static_cast<char>(unit);
+    } else {
+      detail::store::append_unit_escape(readable, unit);
+    }
+  });
+  std::string_view slug(readable);
+  slug.remove_prefix(std::min(slug.find_first_not_of('-'), slug.size()));
+  if (slug.empty()) {
+    slug = "root";
+  }
+  return "--" + std::string(slug.substr(0, 251)) + "--";
+}
+
+/// Returns the name of the project directory of a session with `cwd`: `_no-cwd` without one,
+/// else `dsh_project_key(*cwd)`. Throws ConfigError for an empty cwd or one that is not UTF-8.
+[[nodiscard]] inline std::string dsh_project_directory(const std::optional<std::string>& cwd) {
+  return cwd ? dsh_project_key(*cwd) : std::string(DSH_NO_CWD_PROJECT);
+}
+
+namespace detail::store {
+
+/// Returns the one log of session `encoded` among the `projects` of `root`; `where` describes
+/// them for the error when there is none.
+[[nodiscard]] inline DshStoredSession locate_in(const std::filesystem::path& root, std::string_view session_id,
+                                                const std::vector<std::string>& projects, std::string_view where) {
+  const std::string encoded = dsh_encode_segment(session_id);
+  std::vector<DshStoredSession> found;
+  for (const std::string& project : projects) {
+    if (std::optional<DshStoredSession> stored = session_at(root, project, encoded)) {
+      found.push_back(std::move(*stored));
+    }
+  }
+  if (found.empty()) {
+    throw LogError(root, 0,
+                   "no DSH session " + json_string_literal(session_id) + " (directory " + json_string_literal(encoded) +
+                       ") in " + std::string(where));
+  }
+  if (found.size() > 1) {
+    std::string names;
+    for (const DshStoredSession& stored : found) {
+      names.append(names.empty() ? "" : ", ").append(json_string_literal(stored.project));
+    }
+    throw LogError(root, 0,
+                   "the DSH session " + json_string_literal(session_id) + " appears in " +
+                       std::to_string(found.size()) + " project directories: " + names +
+                       "; give its cwd to choose one");
+  }
+  return std::move(found.front());
+}
+
+} // namespace detail::store
+
+/// Finds the log of session `session_id` in the DSH store at `root`, searching every project
+/// directory as DSH does when it does not know the cwd. Throws ConfigError for an empty id or
+/// one that is not UTF-8; throws LogError when there is no such log, when the id is found in
+/// several project directories (naming them), when the session directory or its log is a
+/// symbolic link or of the wrong kind, when it holds both encodings, or when the root cannot
+/// be read.
+[[nodiscard]] inline DshStoredSession locate_dsh_session(const std::filesystem::path& root,
+                                                         std::string_view session_id) {
+  return detail::store::locate_in(root, session_id, detail::store::subdirectories(root), "any project directory");
+}
+
+/// Finds the log of session `session_id` whose cwd is `cwd` (`std::nullopt`: a session without
+/// one) in the DSH store at `root`: only in that cwd's project directory, as DSH computes it.
+/// Throws what the search above throws, ConfigError also for an empty cwd or one that is not
+/// UTF-8, and LogError when the project directory is a symbolic link.
+[[nodiscard]] inline DshStoredSession locate_dsh_session(const std::filesystem::path& root, std::string_view session_id,
+                                                         const std::optional<std::string>& cwd) {
+  const std::string project = dsh_project_directory(cwd);
+  const std::filesystem::path dir = root / project;
+  const std::optional<struct stat> status = detail::store::entry_status(dir, dir);
+  if (status && S_ISLNK(status->st_mode)) {
+    throw LogError(dir, 0, "is a symbolic link; a DSH session store never follows one out of its root");
+  }
+  return detail::store::locate_in(root, session_id, {project}, "the project directory " + json_string_literal(project));
+}
+
+/// Lists every session log of the DSH store at `root`, sorted by project directory and then
+/// session directory. Entries that are symbolic links are not part of the store and are
+/// skipped, as are session directories without a log. Throws LogError when the root or a
+/// project directory cannot be read. A session directory that holds both encodings, or a log
+/// that is a link or not a regular file, throws LogError too, unless `problems` is given: then
+/// the error is added there and the listing goes on.
+[[nodiscard]] inline std::vector<DshStoredSession> list_dsh_sessions(const std::filesystem::path& root,
+                                                                     std::vector<LogError>* problems = nullptr) {
+  std::vector<DshStoredSession> sessions;
+  for (const std::string& project : detail::store::subdirectories(root)) {
+    for (const std::string& encoded : detail::store::subdirectories(root / project)) {
+      try {
+        if (std::optional<DshStoredSession> stored =
+                detail::store::log_in(root / project / encoded, project, encoded)) {
+          sessions.push_back(std::move(*stored));
+        }
+      } catch (const LogError& error) {
+        if (problems == nullptr) {
+          throw;
+        }
+        problems->push_back(error);
+      }
+    }
+  }
+  return sessions;
+}
+
+/// Opens a stored session's log (see `SessionLog::open`) and checks that its header names the
+/// session that lives there: the id and cwd of the header must lead to the project and session
+/// directories the log was found in, as DSH requires. Throws LogError for a Zstandard log (this
+/// library does not read them yet), for a header that leads elsewhere, and for what
+/// `SessionLog::open` throws.
+[[nodiscard]] inline SessionLog open_dsh_session(const DshStoredSession& stored) {
+  if (stored.encoding == DshLogEncoding::zstd) {
+    throw LogError(stored.path, 0,
+                   "a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
+                   "(configure DSH with compression \"none\" to inspect this session)");
+  }
+  SessionLog log = SessionLog::open(stored.path);
+  std::string project;
+  std::string encoded;
+  try {
+    project = dsh_project_directory(log.header().cwd);
+    encoded = dsh_encode_segment(log.header().id);
+  } catch (const ConfigError& error) {
+    throw LogError(stored.path, 1, std::string("the session header cannot name a storage path: ") + error.what());
+  }
+  if (project != stored.project || encoded != stored.encoded_id) {
+    throw LogError(stored.path, 1,
+                   "the session header's id " + json_string_literal(log.header().id) + " and cwd belong in " +
+                       json_string_literal(project + "/" + encoded) + ", not in " +
+                       json_string_literal(stored.project + "/" + stored.encoded_id));
+  }
+  return log;
+}
+
+} // namespace dsh
