@@ -1,0 +1,724 @@
+// Hostile commands against the process side of the fence (FencedCommand): the command is the
+// attacker, the host is trusted. Each attempt runs as a real command under a real fence, on
+// real files and pseudo-terminals:
+//   * stdio and terminal: TIOCSTI into the terminal it was handed, ftruncate / lseek / reopen
+//     of the host's stdout redirected to a file;
+//   * capabilities as root: mknod of devices, ptrace of the host, the capability sets;
+//   * lifetime: a detached double-forked writer, a background child holding stderr, a
+//     leftover flock holder, the time limit, killing its own supervisor.
+// Lifetime attempts run in a forked "host" process guarded by an alarm (a hang fails the test
+// instead of stalling it), as root and again as the unprivileged uid 65534.
+//
+// The syscall-level attempts run this test executable itself as the command: when
+// DSH_HOSTILE names an attempt, a static initializer performs it and exits before Catch2 starts.
+#include "support/landlock.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <pty.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+using dsh::FencedChild;
+using dsh::FencedCommand;
+using dsh::PreparedFence;
+using dsh::SandboxMode;
+using dsh::test::exists_nofollow;
+using dsh::test::Lab;
+using dsh::test::read_file;
+using dsh::test::write_file;
+
+namespace {
+
+// ------------------------------------------------------------------------------------------
+// The hostile side: this executable, started as the fenced command with DSH_HOSTILE set.
+// ------------------------------------------------------------------------------------------
+
+/// 0 when `result` >= 0, else errno.
+int error_of(long result) { return result < 0 ? errno : 0; }
+
+/// The capabilities of FENCE_DROPPED_CAPABILITIES still in this process's sets.
+int report_capabilities() {
+  dsh::detail::CapabilityHeader header{dsh::detail::capability_version_3, 0};
+  std::array<dsh::detail::CapabilityData, 2> sets{};
+  if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+    return 90;
+  }
+  std::uint64_t held = 0;
+  for (std::size_t word = 0; word < 2; ++word) {
+    held |= std::uint64_t{sets[word].effective | sets[word].permitted | sets[word].inheritable} << (32U * word);
+  }
+  std::uint64_t bounding = 0;
+  std::uint64_t ambient = 0;
+  for (const dsh::FenceCapability& capability : dsh::FENCE_DROPPED_CAPABILITIES) {
+    const auto number = static_cast<unsigned long>(capability.number);
+    if (::prctl(PR_CAPBSET_READ, number, 0UL, 0UL, 0UL) == 1) {
+      bounding |= 1ULL << number;
+    }
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, number, 0UL, 0UL) == 1) {
+      ambient |= 1ULL << number;
+    }
+  }
+  std::printf("held=%llx bounding=%llx ambient=%llx\n",
+              static_cast<unsigned long long>(held & dsh::fence_dropped_capabilities()),
+              static_cast<unsigned long long>(bounding), static_cast<unsigned long long>(ambient));
+  return 0;
+}
+
+/// One attempt, named by DSH_HOSTILE, with its argument in DSH_HOSTILE_ARG; prints what the
+/// kernel answered (0 or an errno) and returns the exit status.
+int hostile(std::string_view action, const std::string& arg) {
+  if (action == "tiocsti") { // type into the terminal on stdin, and into the one named `arg`
+    const char key = 'X';
+    const int on_stdin = error_of(::ioctl(STDIN_FILENO, TIOCSTI, &key));
+    const int fd = ::open(arg.c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC);
+    const int by_name = fd < 0 ? errno : error_of(::ioctl(fd, TIOCSTI, &key));
+    std::printf("stdin=%d by-name=%d\n", on_stdin, by_name);
+    return 0;
+  }
+  if (action == "stdio") { // truncate, seek and reopen the host's stdout (`arg`: the host's pid)
+    const int truncated = error_of(::ftruncate(STDOUT_FILENO, 0));
+    const int seeked = error_of(::lseek(STDOUT_FILENO, 0, SEEK_SET));
+    const int reopened = ::open("/proc/self/fd/1", O_WRONLY | O_TRUNC | O_CLOEXEC);
+    const int reopen = reopened < 0 ? errno : error_of(::write(reopened, "via-proc\n", 9));
+    int host = -1;
+    if (!arg.empty()) {
+      const std::string path = "/proc/" + arg + "/fd/1";
+      const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+      host = fd < 0 ? errno : 0;
+    }
+    std::fprintf(stderr, "ftruncate=%d lseek=%d reopen=%d host=%d\n", truncated, seeked, reopen, host);
+    return 0;
+  }
+  if (action == "ptrace") { // attach to the host (`arg`: its pid); SEIZE does not stop it
+    const auto pid = static_cast<::pid_t>(std::stol(arg));
+    const int seized = error_of(::ptrace(PTRACE_SEIZE, pid, nullptr, nullptr));
+    if (seized == 0) {
+      ::ptrace(PTRACE_DETACH, pid, nullptr, nullptr);
+    }
+    std::printf("seize=%d\n", seized);
+    return 0;
+  }
+  if (action == "mknod") { // a second /dev/null and a second /dev/loop0 in directory `arg`
+    const int character = error_of(::mknod((arg + "/char").c_str(), S_IFCHR | 0600, ::makedev(1, 3)));
+    const int block = error_of(::mknod((arg + "/block").c_str(), S_IFBLK | 0600, ::makedev(7, 0)));
+    std::printf("char=%d block=%d\n", character, block);
+    return 0;
+  }
+  if (action == "caps") {
+    return report_capabilities();
+  }
+  return 99;
+}
+
+[[maybe_unused]] const bool hostile_ran = [] {
+  if (const char* action = std::getenv("DSH_HOSTILE"); action != nullptr) {
+    const char* arg = std::getenv("DSH_HOSTILE_ARG");
+    const int status = hostile(action, arg != nullptr ? arg : "");
+    std::fflush(nullptr);
+    ::_exit(status);
+  }
+  return false;
+}();
+
+/// This test executable as a fenced command performing `action` with `arg`.
+FencedCommand hostile_command(const std::string& action, const std::string& arg = {}) {
+  std::array<char, 4096> self{};
+  const ::ssize_t length = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  REQUIRE(length > 0);
+  return FencedCommand({"env", "DSH_HOSTILE=" + action, "DSH_HOSTILE_ARG=" + arg,
+                        std::string(self.data(), static_cast<std::size_t>(length))});
+}
+
+// ------------------------------------------------------------------------------------------
+// The host side.
+// ------------------------------------------------------------------------------------------
+
+/// `std::to_string` of an errno constant, as the hostile side prints it.
+std::string n(int value) { return std::to_string(value); }
+
+/// What a call printed and how it ended.
+struct Call {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs `command` under `fence` with its output captured through `on_output`.
+Call run_captured(FencedCommand& command, const PreparedFence& fence) {
+  Call call;
+  command.on_output([&call](dsh::CommandStream stream, std::string_view bytes) {
+    (stream == dsh::CommandStream::out ? call.out : call.err).append(bytes);
+  });
+  call.status = command.run(fence);
+  return call;
+}
+
+/// Becomes uid and gid 65534 (nobody) for good, as an unprivileged host would run; keeps the
+/// process dumpable, as an ordinary login process is.
+void become_unprivileged() {
+  if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
+      ::prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0) {
+    ::_exit(251);
+  }
+}
+
+/// Runs `body` in a forked host process (as uid 65534 when `unprivileged`), guarded by a
+/// 60-second alarm that kills a hung host; returns the text `body` returned, or a text that
+/// says how the host died. `body` must not use Catch2 (it runs in the copy).
+std::string as_host(bool unprivileged, const std::function<std::string()>& body) {
+  std::array<int, 2> ends{-1, -1};
+  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
+  const dsh::UniqueFd reader{ends[0]};
+  dsh::UniqueFd writer{ends[1]};
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(60);
+    if (unprivileged) {
+      become_unprivileged();
+    }
+    std::string text;
+    try {
+      text = body();
+    } catch (const std::exception& error) {
+      text = std::string("exception: ") + error.what();
+    }
+    dsh::detail::write_all(writer.get(), text.data(), text.size());
+    ::_exit(0);
+  }
+  writer.reset();
+  std::string text;
+  std::array<char, 4096> buffer{};
+  for (;;) {
+    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got <= 0) {
+      break;
+    }
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  const int status = FencedCommand::wait_for(pid);
+  return status == 0 ? text : text + "<host ended with status " + std::to_string(status) + ">";
+}
+
+/// True when process `pid` no longer exists (not even as a zombie).
+bool gone(::pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+/// The first line of `text` as a pid (0 when it is not one).
+::pid_t first_pid(const std::string& text) {
+  const std::string line = text.substr(0, text.find('\n'));
+  if (line.empty() || line.find_first_not_of("0123456789") != std::string::npos) {
+    return 0;
+  }
+  return static_cast<::pid_t>(std::stol(line));
+}
+
+/// Gives the unprivileged host what it needs of the laboratory: the base traversable, the
+/// workspace, the outside directory and the temporary area writable by uid 65534.
+void open_lab_to_nobody(const Lab& lab) {
+  REQUIRE(::chmod(lab.base().c_str(), 0755) == 0);
+  for (const std::filesystem::path& dir : {lab.workspace(), lab.outside(), lab.tmp_area()}) {
+    REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
+  }
+}
+
+const std::array<SandboxMode, 3> all_modes{SandboxMode::read_only, SandboxMode::workspace_write,
+                                           SandboxMode::danger_full_access};
+
+} // namespace
+
+// ==========================================================================================
+// stdio, session and terminal
+// ==========================================================================================
+
+TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a new session") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const SandboxMode mode : all_modes) {
+    CAPTURE(dsh::to_string(mode));
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    FencedCommand command({"bash", "-c",
+                           "readlink /proc/self/fd/0; readlink /proc/self/fd/1 | cut -c1-5; "
+                           "readlink /proc/self/fd/2 >&2; cat; "
+                           "[ \"$(ps -o sid= -p $$ | tr -d ' ')\" = $$ ] && echo own-session; "
+                           "tty || echo \"tty=$?\""});
+    const Call call = run_captured(command, fence);
+    CHECK(call.status == 0);
+    CHECK(call.out == "/dev/null\npipe:\nown-session\nnot a tty\ntty=1\n");
+    CHECK(call.err.rfind("pipe:[", 0) == 0);
+  }
+}
+
+TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  int master = -1;
+  int slave = -1;
+  REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+  const dsh::UniqueFd terminal{master};
+  const dsh::UniqueFd user_side{slave};
+  termios raw{};
+  REQUIRE(::tcgetattr(slave, &raw) == 0);
+  ::cfmakeraw(&raw); // an injected key is readable at once, and not echoed
+  REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
+  std::array<char, 64> name{};
+  REQUIRE(::ptsname_r(master, name.data(), name.size()) == 0);
+  const std::string tty_path = name.data();
+  // What the user's shell (the reader of the terminal) would receive.
+  const auto injected = [&] {
+    std::string text;
+    pollfd ready{slave, POLLIN, 0};
+    while (::poll(&ready, 1, 0) > 0) {
+      std::array<char, 64> buffer{};
+      const ::ssize_t got = ::read(slave, buffer.data(), buffer.size());
+      if (got <= 0) {
+        break;
+      }
+      text.append(buffer.data(), static_cast<std::size_t>(got));
+    }
+    return text;
+  };
+
+  // Control: a process whose controlling terminal it is can inject (legacy TIOCSTI enabled).
+  const int control = dsh::test::unfenced([&] {
+    const char key = 'C';
+    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
+      return 200;
+    }
+    return error_of(::ioctl(slave, TIOCSTI, &key));
+  });
+  if (control == EIO) {
+    DSH_TEST_SKIP("this kernel has TIOCSTI disabled (dev.tty.legacy_tiocsti = 0): nothing to attack");
+  }
+  REQUIRE(control == 0);
+  REQUIRE(injected() == "C");
+
+  for (const SandboxMode mode : all_modes) {
+    CAPTURE(dsh::to_string(mode));
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    FencedCommand command = hostile_command("tiocsti", tty_path);
+    command.redirect(STDIN_FILENO, slave); // the host's choice: it hands over the user's terminal
+    const Call call = run_captured(command, fence);
+    CHECK(call.status == 0);
+    if (mode == SandboxMode::danger_full_access && ::geteuid() == 0) {
+      // Documented limit: danger-full-access keeps root's CAP_SYS_ADMIN, which lets TIOCSTI
+      // type into any terminal it can open.
+      CHECK(call.out == "stdin=0 by-name=0\n");
+      CHECK(injected() == "XX");
+    } else {
+      CHECK(call.out == "stdin=" + n(EPERM) + " by-name=" + n(EPERM) + "\n");
+      CHECK(injected().empty());
+    }
+  }
+  // An unprivileged host, every mode.
+  open_lab_to_nobody(lab);
+  const std::string seen = as_host(true, [&] {
+    std::string text;
+    for (const SandboxMode mode : all_modes) {
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      FencedCommand command = hostile_command("tiocsti", tty_path);
+      command.redirect(STDIN_FILENO, slave);
+      Call call = run_captured(command, fence);
+      text += std::string(dsh::to_string(mode)) + ": " + call.out;
+    }
+    return text;
+  });
+  // The terminal device is root's (mode 620): opening it by name is refused before TIOCSTI.
+  const std::string expected = "stdin=" + n(EPERM) + " by-name=" + n(EACCES) + "\n";
+  CHECK(seen == "read-only: " + expected + "workspace-write: " + expected + "danger-full-access: " + expected);
+  CHECK(injected().empty());
+}
+
+TEST_CASE("redteam: the host's stdout redirected to a file cannot be truncated, seeked or reopened") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    for (const SandboxMode mode : all_modes) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const std::filesystem::path out_path = lab.outside() / "host-stdout.txt";
+      const std::filesystem::path err_path = lab.outside() / "host-stderr.txt";
+      write_file(out_path, "host output\n");
+      write_file(err_path, "");
+      if (unprivileged) {
+        REQUIRE(::chown(out_path.c_str(), 65534, 65534) == 0);
+        REQUIRE(::chown(err_path.c_str(), 65534, 65534) == 0);
+      }
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const std::string host = as_host(unprivileged, [&] {
+        // The host's own stdout and stderr are the two files, as after `host > out 2> err`.
+        const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND)};
+        const dsh::UniqueFd err{::open(err_path.c_str(), O_WRONLY)};
+        if (!out || !err || ::dup2(out.get(), STDOUT_FILENO) < 0 || ::dup2(err.get(), STDERR_FILENO) < 0) {
+          return std::string("cannot set up the host's stdio");
+        }
+        // danger-full-access may reopen any file by name, the host's /proc entry included
+        // (not part of this attempt: that is the mode's definition).
+        const std::string host_pid = mode == SandboxMode::danger_full_access ? "" : std::to_string(::getpid());
+        FencedCommand command = hostile_command("stdio", host_pid);
+        command.in_directory(lab.workspace());
+        return "status=" + std::to_string(command.run(fence)); // relayed to the two files
+      });
+      CHECK(host == "status=0");
+      // The relay appended what the command wrote through /proc/self/fd/1 (its own pipe).
+      CHECK(read_file(out_path) == "host output\nvia-proc\n");
+      const std::string host_answer = mode == SandboxMode::danger_full_access ? "-1" : n(EACCES);
+      CHECK(read_file(err_path) ==
+            "ftruncate=" + n(EINVAL) + " lseek=" + n(ESPIPE) + " reopen=0 host=" + host_answer + "\n");
+    }
+  }
+}
+
+TEST_CASE("redteam: redirect hands over the host's descriptor, as documented") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path out_path = lab.outside() / "handed.txt";
+  write_file(out_path, "host output\n");
+  const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)};
+  REQUIRE(out);
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  FencedCommand command({"bash", "-c", "echo appended"});
+  command.redirect(STDOUT_FILENO, out.get());
+  CHECK(command.run(fence) == 0);
+  CHECK(read_file(out_path) == "host output\nappended\n");
+}
+
+TEST_CASE("redteam: a terminal the host chooses becomes the command's controlling terminal") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  int master = -1;
+  int slave = -1;
+  winsize size{};
+  size.ws_row = 24;
+  size.ws_col = 100;
+  REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &size) == 0);
+  const dsh::UniqueFd terminal{master};
+  dsh::UniqueFd child_side{slave};
+  std::array<char, 64> name{};
+  REQUIRE(::ptsname_r(master, name.data(), name.size()) == 0);
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  FencedCommand command({"bash", "--norc", "--noprofile", "-c", "tty; stty size; read line; echo \"got=$line\""});
+  command.controlling_terminal(child_side.get()).in_directory(lab.workspace());
+  FencedChild child = command.spawn(fence);
+  child_side.reset(); // the terminal closes when the command's side is gone
+  const std::string typed = "hello\n";
+  REQUIRE(::write(terminal.get(), typed.data(), typed.size()) == static_cast<::ssize_t>(typed.size()));
+  std::string screen;
+  std::array<char, 1024> buffer{};
+  for (;;) {
+    pollfd ready{terminal.get(), POLLIN, 0};
+    if (::poll(&ready, 1, 60000) <= 0) { // a guard against a hung command, not a timing assertion
+      break;
+    }
+    const ::ssize_t got = ::read(terminal.get(), buffer.data(), buffer.size());
+    if (got <= 0) {
+      break;
+    }
+    screen.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  CHECK(child.wait() == 0);
+  CAPTURE(screen);
+  CHECK(screen.find(std::string(name.data()) + "\r\n") != std::string::npos);
+  CHECK(screen.find("24 100\r\n") != std::string::npos);
+  CHECK(screen.find("got=hello\r\n") != std::string::npos);
+}
+
+// ==========================================================================================
+// capabilities (root)
+// ==========================================================================================
+
+TEST_CASE("redteam: root gives up the dropped capabilities in the fenced modes") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the capability drop is what stands between root and these attempts");
+  }
+  const Lab lab;
+  // Without Landlock (allow_unfenced) the capability drop is all that refuses: exact EPERM.
+  const PreparedFence caps_only =
+      dsh::detail::prepare_fence(lab.policy(SandboxMode::read_only), {.allow_unfenced = true}, {0, ENOSYS}, nullptr);
+  REQUIRE(caps_only.report().status == dsh::FenceStatus::unfenced);
+
+  SECTION("the capability sets") {
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      CAPTURE(dsh::to_string(mode));
+      FencedCommand command = hostile_command("caps");
+      const Call call = run_captured(command, PreparedFence::prepare(lab.policy(mode)));
+      CHECK(call.out == "held=0 bounding=0 ambient=0\n");
+    }
+    FencedCommand command = hostile_command("caps");
+    CHECK(run_captured(command, caps_only).out == "held=0 bounding=0 ambient=0\n");
+    FencedCommand full = hostile_command("caps");
+    const Call unrestricted = run_captured(full, PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access)));
+    CHECK(unrestricted.out.rfind("held=0 ", 0) != 0); // danger-full-access keeps root's capabilities
+  }
+
+  SECTION("mknod of a character and a block device") {
+    FencedCommand control = hostile_command("mknod", lab.workspace().string());
+    CHECK(run_captured(control, PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access))).out ==
+          "char=0 block=0\n"); // possible at all: danger-full-access keeps CAP_MKNOD
+    CHECK(exists_nofollow(lab.workspace() / "char"));
+    std::filesystem::remove(lab.workspace() / "char");
+    std::filesystem::remove(lab.workspace() / "block");
+
+    FencedCommand unfenced = hostile_command("mknod", lab.workspace().string());
+    CHECK(run_captured(unfenced, caps_only).out == "char=" + n(EPERM) + " block=" + n(EPERM) + "\n");
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      CAPTURE(dsh::to_string(mode));
+      FencedCommand command = hostile_command("mknod", lab.workspace().string());
+      const std::string out = run_captured(command, PreparedFence::prepare(lab.policy(mode))).out;
+      if (mode == SandboxMode::read_only) {
+        CHECK(out == "char=" + n(EACCES) + " block=" + n(EACCES) + "\n"); // Landlock answers first
+      } else {
+        // EPERM: the capability is gone; EACCES where Landlock also withholds make_char and
+        // make_block beneath the workspace.
+        CHECK((out == "char=" + n(EPERM) + " block=" + n(EPERM) + "\n" ||
+               out == "char=" + n(EACCES) + " block=" + n(EACCES) + "\n"));
+      }
+    }
+    CHECK_FALSE(exists_nofollow(lab.workspace() / "char"));
+    CHECK_FALSE(exists_nofollow(lab.workspace() / "block"));
+  }
+
+  SECTION("ptrace of the host") {
+    const std::string host = std::to_string(::getpid());
+    FencedCommand unfenced = hostile_command("ptrace", host);
+    CHECK(run_captured(unfenced, caps_only).out == "seize=" + n(EPERM) + "\n");
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      CAPTURE(dsh::to_string(mode));
+      FencedCommand command = hostile_command("ptrace", host);
+      CHECK(run_captured(command, PreparedFence::prepare(lab.policy(mode))).out == "seize=" + n(EPERM) + "\n");
+    }
+  }
+}
+
+TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bounding set") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  open_lab_to_nobody(lab);
+  const std::string seen = as_host(true, [&] {
+    FencedCommand command = hostile_command("caps");
+    Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+    return std::to_string(call.status) + " " + call.out;
+  });
+  // no_new_privs keeps exec from gaining what the bounding set still lists.
+  char expected[96];
+  std::snprintf(expected, sizeof expected, "0 held=0 bounding=%llx ambient=0\n",
+                static_cast<unsigned long long>(dsh::fence_dropped_capabilities()));
+  CHECK(seen == expected);
+}
+
+// ==========================================================================================
+// lifetime: nothing of a call outlives it
+// ==========================================================================================
+
+TEST_CASE("redteam: a detached double-forked writer dies with the call") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    for (const SandboxMode mode : all_modes) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      // Where this mode may write: the workspace, or anywhere.
+      const std::filesystem::path target =
+          (mode == SandboxMode::danger_full_access ? lab.outside() : lab.workspace()) / "late.txt";
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      if (mode != SandboxMode::read_only) { // control: the write itself is allowed in the call
+        const std::string now = as_host(unprivileged, [&] {
+          FencedCommand command({"sh", "-c", "echo now > '" + target.string() + "'"});
+          return std::to_string(command.run(fence));
+        });
+        CHECK(now == "0");
+        CHECK(read_file(target) == "now\n");
+        std::filesystem::remove(target);
+      }
+      const std::string out = as_host(unprivileged, [&] {
+        // The writer reports its pid through a process substitution, whose shell exits at
+        // once: the writer is orphaned (a double fork) in a session of its own.
+        FencedCommand command(
+            {"bash", "-c",
+             "exec 3< <(setsid sh -c 'echo $$; exec >/dev/null 2>&1 </dev/null; sleep 0.5; echo late > \"$0\"' '" +
+                 target.string() + "' &); read writer <&3; echo $writer"});
+        Call call = run_captured(command, fence);
+        return call.out;
+      });
+      const ::pid_t writer = first_pid(out);
+      CHECK(writer > 0);
+      CHECK(gone(writer));
+      std::this_thread::sleep_for(std::chrono::milliseconds(800)); // longer than its delay
+      CHECK_FALSE(exists_nofollow(target));
+    }
+  }
+}
+
+TEST_CASE("redteam: a background child holding stderr does not hold the host") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    for (const SandboxMode mode : all_modes) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const std::string out = as_host(unprivileged, [&] {
+        FencedCommand command({"bash", "-c", "sleep 1000 & echo $!"}); // the sleep keeps stdout and stderr
+        Call call = run_captured(command, fence);
+        return std::to_string(call.status) + " " + call.out;
+      });
+      // The host returned (no alarm), with the command's status, and the sleep is gone.
+      REQUIRE(out.rfind("0 ", 0) == 0);
+      const ::pid_t background = first_pid(out.substr(2));
+      CHECK(background > 0);
+      CHECK(gone(background));
+    }
+  }
+}
+
+TEST_CASE("redteam: a leftover process holding a flock releases it when the call ends") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path log = lab.outside() / "session.jsonl";
+  write_file(log, "{}\n");
+  REQUIRE(::chmod(log.c_str(), 0644) == 0);
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    for (const SandboxMode mode : all_modes) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const std::string out = as_host(unprivileged, [&] {
+        // flock needs only a descriptor open for reading, which every fence allows. The holder
+        // detaches and reports its pid once it has the lock.
+        FencedCommand command({"bash", "-c",
+                               "exec 3< <(setsid sh -c 'exec 9<\"$0\"; flock -x 9; echo $$; exec >/dev/null "
+                               "2>&1 </dev/null; sleep 1000' '" +
+                                   log.string() + "' &); read holder <&3; echo $holder"});
+        Call call = run_captured(command, fence);
+        const dsh::UniqueFd fd{::open(log.c_str(), O_RDONLY | O_CLOEXEC)};
+        const int locked = fd ? error_of(::flock(fd.get(), LOCK_EX | LOCK_NB)) : -1;
+        return call.out + "lock=" + std::to_string(locked);
+      });
+      const ::pid_t holder = first_pid(out);
+      CHECK(holder > 0);
+      CHECK(gone(holder));
+      CHECK(out.substr(out.find('\n') + 1) == "lock=0");
+      CHECK(read_file(log) == "{}\n");
+    }
+  }
+}
+
+TEST_CASE("redteam: the time limit ends the call and everything it started") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    for (const SandboxMode mode : all_modes) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const std::string out = as_host(unprivileged, [&] {
+        FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; sleep 1000"});
+        std::string printed;
+        command.time_limit(std::chrono::milliseconds(300))
+            .on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
+        FencedChild child = command.spawn(fence);
+        const int status = child.wait();
+        FencedCommand quick({"sh", "-c", "exit 3"});
+        quick.time_limit(std::chrono::minutes(1));
+        FencedChild quick_child = quick.spawn(fence);
+        const int quick_status = quick_child.wait();
+        return std::to_string(status) + (child.timed_out() ? " timed out " : " ended ") + std::to_string(quick_status) +
+               (quick_child.timed_out() ? " timed out\n" : " ended\n") + printed;
+      });
+      CHECK(out.substr(0, out.find('\n')) == "124 timed out 3 ended");
+      const ::pid_t background = first_pid(out.substr(out.find('\n') + 1));
+      CHECK(background > 0);
+      CHECK(gone(background));
+    }
+  }
+  CHECK_THROWS_AS(FencedCommand({"true"}).time_limit(std::chrono::milliseconds(0)), dsh::ConfigError);
+}
+
+TEST_CASE("redteam: terminate() and destroying an unwaited call end everything") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const std::string out = as_host(false, [&] {
+    FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; exec sleep 1000"});
+    std::string printed;
+    command.on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
+    FencedChild child = command.spawn(fence);
+    child.terminate();
+    const int status = child.wait();
+    ::pid_t supervisor = 0;
+    {
+      FencedChild dropped = command.spawn(fence);
+      supervisor = dropped.pid();
+    } // destroyed without wait(): the call ends, the supervisor is reaped
+    return std::to_string(status) + (gone(supervisor) ? " reaped" : " supervisor left");
+  });
+  CHECK(out == "137 reaped");
+}
+
+TEST_CASE("redteam: a command that kills its supervisor does not leave the host waiting") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+    CAPTURE(dsh::to_string(mode));
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const std::string out = as_host(false, [&] {
+      FencedCommand command({"bash", "-c", "kill -9 $PPID 2>/dev/null || echo refused"});
+      std::string printed;
+      command.on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
+      try {
+        const int status = command.run(fence);
+        return printed + "status=" + std::to_string(status);
+      } catch (const dsh::LandlockError& error) {
+        return printed + error.what();
+      }
+    });
+    // Where Landlock scopes signals (ABI 6) the supervisor cannot be reached; elsewhere it
+    // dies, the command dies with it (parent-death signal) and the host is told.
+    if (out.rfind("refused\n", 0) == 0) {
+      CHECK(out == "refused\nstatus=0");
+    } else {
+      CHECK(out == "the supervisor of " + dsh::json_string_literal(FencedCommand({"bash"}).program()) +
+                       " ended without reporting (status 137): the command was killed with it, but processes "
+                       "it detached may have survived the call");
+    }
+  }
+}

@@ -1,0 +1,139 @@
+// What the Landlock fence does NOT cover, pinned as the actual behaviour on this kernel so
+// that docs/enforcement.md stays true: metadata changes of an outside file,
+// descriptors opened before the fence, hard links that already existed, and device ioctls.
+// Each case also runs unfenced, to show the fence changes nothing there.
+#include "support/landlock.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+
+#include <functional>
+#include <string>
+
+#include <fcntl.h>
+#include <pty.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <termios.h>
+#include <unistd.h>
+
+using dsh::PreparedFence;
+using dsh::SandboxMode;
+using dsh::test::errno_of;
+using dsh::test::fenced;
+using dsh::test::Lab;
+using dsh::test::read_file;
+using dsh::test::unfenced;
+using dsh::test::write_file;
+
+namespace {
+
+/// The fenced child gets the same result as the unfenced one: Landlock does not decide it.
+void not_covered(const PreparedFence& fence, int expected, const std::function<int()>& operation) {
+  CHECK(unfenced(operation) == expected);
+  CHECK(fenced(fence, operation) == expected);
+}
+
+} // namespace
+
+TEST_CASE("not covered: metadata of an outside file (chmod, chown, utimes, xattr)") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path secret = lab.outside() / "secret.txt";
+  write_file(secret, "outside");
+  ::chmod(secret.c_str(), 0644);
+  for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+    CAPTURE(dsh::to_string(mode));
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    not_covered(fence, 0, [&] { return errno_of(::chmod(secret.c_str(), 0600)); });
+    not_covered(fence, 0, [&] { return errno_of(::chown(secret.c_str(), ::getuid(), ::getgid())); });
+    not_covered(fence, 0, [&] {
+      const timespec times[2] = {{0, 0}, {0, 0}}; // the epoch
+      return errno_of(::utimensat(AT_FDCWD, secret.c_str(), times, 0));
+    });
+    // user.* attributes need filesystem support; whatever the filesystem answers, the fence
+    // does not change the answer.
+    const int xattr = unfenced([&] { return errno_of(::setxattr(secret.c_str(), "user.dsh", "1", 1, 0)); });
+    not_covered(fence, xattr, [&] { return errno_of(::setxattr(secret.c_str(), "user.dsh", "2", 1, 0)); });
+  }
+  struct stat info {};
+  REQUIRE(::stat(secret.c_str(), &info) == 0);
+  CHECK((info.st_mode & 07777) == 0600);
+  CHECK(info.st_mtim.tv_sec == 0);
+  CHECK(read_file(secret) == "outside"); // the content itself stayed protected
+}
+
+TEST_CASE("not covered: a descriptor opened before the fence keeps its access") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path secret = lab.outside() / "secret.txt";
+  write_file(secret, "outside");
+  const dsh::UniqueFd writer{::open(secret.c_str(), O_WRONLY | O_APPEND)};
+  REQUIRE(writer);
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  not_covered(fence, 0, [&] { return ::write(writer.get(), "!", 1) == 1 ? 0 : errno; });
+  CHECK(read_file(secret) == "outside!!");
+  // FencedCommand passes only 0, 1 and 2 on to the command for exactly this reason (see
+  // test_landlock_fence "only descriptors 0, 1 and 2 reach the fenced command").
+}
+
+TEST_CASE("not covered: a hard link that already existed inside the workspace") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path secret = lab.outside() / "secret.txt";
+  write_file(secret, "outside");
+  const std::filesystem::path link = lab.workspace() / "old-link";
+  REQUIRE(::link(secret.c_str(), link.c_str()) == 0); // made before the fence, by someone else
+  const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+  const PreparedFence fence = PreparedFence::prepare(policy);
+  CHECK(fenced(fence, [&] {
+          const int fd = ::open(link.c_str(), O_WRONLY | O_APPEND);
+          const bool written = fd >= 0 && ::write(fd, "+", 1) == 1;
+          if (fd >= 0) {
+            ::close(fd);
+          }
+          return written ? 0 : EACCES;
+        }) == 0);
+  CHECK(read_file(secret) == "outside+");
+  CHECK(policy.permits_write(link)); // the in-process check is path based too
+}
+
+TEST_CASE("not covered on purpose: ioctl on a device opened after the fence") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  int master = -1;
+  int slave = -1;
+  std::array<char, 128> name{};
+  REQUIRE(::openpty(&master, &slave, name.data(), nullptr, nullptr) == 0);
+  const dsh::UniqueFd master_fd{master};
+  const dsh::UniqueFd slave_fd{slave};
+  const std::string terminal = name.data();
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  // Reading a terminal's window size needs no write right; handling IOCTL_DEV would refuse it.
+  not_covered(fence, 0, [&] {
+    const int fd = ::open(terminal.c_str(), O_RDONLY | O_NOCTTY);
+    if (fd < 0) {
+      return errno;
+    }
+    winsize size{};
+    const int result = errno_of(::ioctl(fd, TIOCGWINSZ, &size));
+    ::close(fd);
+    return result;
+  });
+  // Opening a terminal, or /dev/ptmx, for writing is a write: refused outside the grants.
+  const auto open_for_writing = [](const std::string& path) {
+    return [path] {
+      const int fd = ::open(path.c_str(), O_RDWR | O_NOCTTY);
+      const int error = fd < 0 ? errno : 0;
+      if (fd >= 0) {
+        ::close(fd);
+      }
+      return error;
+    };
+  };
+  CHECK(unfenced(open_for_writing(terminal)) == 0);
+  CHECK(fenced(fence, open_for_writing(terminal)) == EACCES);
+  CHECK(unfenced(open_for_writing("/dev/ptmx")) == 0);
+  CHECK(fenced(fence, open_for_writing("/dev/ptmx")) == EACCES);
+}

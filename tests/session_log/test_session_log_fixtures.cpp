@@ -1,0 +1,131 @@
+// Every fixture of tests/fixtures/sessions gives exactly the result its README lists.
+// Each test opens a copy in a temporary directory: opening may repair a torn tail.
+#include "support/session_log.hpp"
+
+using dsh::SandboxMode;
+using dsh::SessionLog;
+using dsh::test::copy_fixture;
+using dsh::test::fixture;
+using dsh::test::log_message;
+using dsh::test::open_error;
+using dsh::test::read_bytes;
+using dsh::test::TempDir;
+
+TEST_CASE("basic.jsonl opens with 8 events, a delegated danger-full-access switch and its cwd") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "basic.jsonl");
+  const auto log = SessionLog::open(path);
+
+  CHECK(log.events().size() == 8);
+  CHECK(log.sandbox_mode_override() == SandboxMode::danger_full_access);
+  CHECK(dsh::effective_mode(log.events()) == SandboxMode::danger_full_access);
+  const nlohmann::json switched = log.events()[6];
+  CHECK(switched["type"] == "sandbox/mode");
+  CHECK(switched["seq"] == 6);
+  CHECK(switched["data"] == nlohmann::json{{"mode", "danger-full-access"}, {"source", "delegation"}});
+  CHECK(log.header().id == "sample-basic");
+  CHECK(log.header().cwd == std::optional<std::string>("/home/dev/sample-project"));
+  CHECK(log.header().created_at == 1767225600000);
+  CHECK(log.header_json()["delegationDepth"] == 0);
+  CHECK(log.events()[7]["data"]["content"][0]["text"] == "Rename \"util.hpp\" \u2014 carefully.");
+  CHECK(log.next_seq() == 8);
+  CHECK_FALSE(log.tail_repair());
+  CHECK(read_bytes(path) == read_bytes(fixture("basic.jsonl")));
+}
+
+TEST_CASE("no-switch.jsonl opens with 2 events, no override, and resolves to the deployment default and root") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "no-switch.jsonl");
+  const auto log = SessionLog::open(path);
+
+  CHECK(log.events().size() == 2);
+  CHECK(log.events()[1]["type"] == "approval/mode");
+  CHECK(log.sandbox_mode_override() == std::nullopt);
+  CHECK(dsh::effective_mode(log.events()) == std::nullopt);
+  CHECK(log.header().cwd == std::nullopt);
+
+  dsh::PolicyConfig config;
+  config.mode = SandboxMode::read_only;
+  config.workspace_root = dir.path();
+  const dsh::PolicyOwner owner(config);
+  const dsh::ResolvedPolicy policy = owner.resolve(log);
+  CHECK(policy.mode == SandboxMode::read_only);
+  CHECK(policy.mode_source == dsh::ModeSource::deployment);
+  CHECK(policy.root_source == dsh::RootSource::deployment);
+  CHECK(policy.workspace_root == dsh::canonical_path(dir.path()));
+  CHECK(read_bytes(path) == read_bytes(fixture("no-switch.jsonl")));
+}
+
+TEST_CASE("packed-rows.jsonl counts the packed rows' seqs and the next append gets seq 10") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "packed-rows.jsonl");
+  auto log = SessionLog::open(path);
+
+  REQUIRE(log.events().size() == 5);
+  const nlohmann::json text_chunks = log.events()[1];
+  CHECK(text_chunks["type"] == "text-chunks");
+  CHECK(text_chunks["seq0"] == 1); // covers 1..4
+  CHECK(text_chunks["data"]["dt"].size() + 1 == 4);
+  const nlohmann::json call_chunks = log.events()[3];
+  CHECK(call_chunks["type"] == "tool-call-chunks");
+  CHECK(call_chunks["seq0"] == 6); // covers 6..8
+  CHECK(call_chunks["data"]["dt"].size() + 1 == 3);
+  CHECK(log.events()[2]["seq"] == 5);
+  CHECK(log.events()[4]["seq"] == 9);
+  CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
+  CHECK(log.next_seq() == 10);
+
+  CHECK(log.append("turn/start", {{"turn", 1}}) == 10);
+  const auto reopened = SessionLog::open(path);
+  CHECK(reopened.events().size() == 6);
+  CHECK(reopened.events()[5]["seq"] == 10);
+  CHECK(reopened.next_seq() == 11);
+}
+
+TEST_CASE("forged-mode.jsonl is refused at line 3 and left unchanged") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "forged-mode.jsonl");
+  const dsh::LogError error = open_error(path);
+  CHECK(error.line() == 3);
+  CHECK(error.path() == path);
+  CHECK(std::string(error.what()) == log_message(path, 3, R"(sandbox/mode carries unknown mode "root-shell")"));
+  CHECK(std::string(error.what()) ==
+        "session log \"" + path.string() + R"(" line 3: sandbox/mode carries unknown mode "root-shell")");
+  CHECK(read_bytes(path) == read_bytes(fixture("forged-mode.jsonl")));
+}
+
+TEST_CASE("torn-tail.jsonl opens after cutting its torn last line, and reports the repair") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "torn-tail.jsonl");
+  const std::string original = read_bytes(fixture("torn-tail.jsonl"));
+  const std::size_t kept = original.find('\n', original.find('\n') + 1) + 1; // header and one event
+  {
+    const auto log = SessionLog::open(path);
+    CHECK(log.events().size() == 1);
+    CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
+    REQUIRE(log.tail_repair());
+    CHECK(*log.tail_repair() == dsh::TailRepair{3, kept, original.size() - kept});
+  }
+  CHECK(read_bytes(path) == original.substr(0, kept));
+  const auto reopened = SessionLog::open(path);
+  CHECK_FALSE(reopened.tail_repair());
+  CHECK(reopened.events().size() == 1);
+}
+
+TEST_CASE("corrupt-middle.jsonl is refused at line 3 (not JSON, not the last line) and left unchanged") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "corrupt-middle.jsonl");
+  const dsh::LogError error = open_error(path);
+  CHECK(error.line() == 3);
+  CHECK(std::string(error.what()) == log_message(path, 3, "not valid JSON at column 76: unterminated string"));
+  CHECK(read_bytes(path) == read_bytes(fixture("corrupt-middle.jsonl")));
+}
+
+TEST_CASE("seq-gap.jsonl is refused at line 3 (seq 2 where 1 was expected) and left unchanged") {
+  const TempDir dir;
+  const auto path = copy_fixture(dir, "seq-gap.jsonl");
+  const dsh::LogError error = open_error(path);
+  CHECK(error.line() == 3);
+  CHECK(std::string(error.what()) == log_message(path, 3, "seq 2 where 1 was expected"));
+  CHECK(read_bytes(path) == read_bytes(fixture("seq-gap.jsonl")));
+}

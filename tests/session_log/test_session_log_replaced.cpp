@@ -1,0 +1,202 @@
+// A SessionLog whose file is no longer the file at its name (unlinked, replaced by rename, moved
+// away, or its directory removed) refuses to append: the event would go to a file nobody
+// opening the name will read. In each case a second SessionLog then uses the name, and the seqs
+// at the name stay contiguous while the orphaned file gets nothing.
+#include "support/session_log.hpp"
+
+#include <fcntl.h>
+
+using dsh::SessionLog;
+using dsh::test::log_error_from;
+using dsh::test::log_message;
+using dsh::test::read_bytes;
+using dsh::test::TempDir;
+using dsh::test::write_bytes;
+
+namespace {
+
+/// The message of an append to a log whose file was lost in the way `what` says.
+std::string lost_message(const std::filesystem::path& path, std::string_view what) {
+  return log_message(path, 0,
+                     "the file this log opened is no longer the file at its name: " + std::string(what) +
+                         "; nothing was written or read, and this SessionLog refuses to append until the log is "
+                         "opened again");
+}
+
+/// Reads the whole file behind descriptor `fd` (which may have no name any more).
+std::string read_descriptor(int fd) {
+  std::string bytes;
+  char buffer[4096];
+  for (off_t offset = 0;;) {
+    const ssize_t got = ::pread(fd, buffer, sizeof buffer, offset);
+    REQUIRE(got >= 0);
+    if (got == 0) {
+      return bytes;
+    }
+    bytes.append(buffer, static_cast<std::size_t>(got));
+    offset += got;
+  }
+}
+
+/// An open, read-only descriptor on a file, for looking at it after its name is gone.
+class Watch {
+public:
+  explicit Watch(const std::filesystem::path& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    REQUIRE(fd_ >= 0);
+  }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+  ~Watch() { ::close(fd_); }
+  [[nodiscard]] std::string bytes() const { return read_descriptor(fd_); }
+
+private:
+  int fd_;
+};
+
+/// The seq of every row of the log at `path`, and the "n" of each row's data.
+std::vector<std::pair<std::uint64_t, std::int64_t>> rows(const std::filesystem::path& path) {
+  std::vector<std::pair<std::uint64_t, std::int64_t>> out;
+  const SessionLog log = SessionLog::open(path);
+  for (const nlohmann::json& row : log.events()) {
+    out.emplace_back(row.at("seq").get<std::uint64_t>(), row.at("data").at("n").get<std::int64_t>());
+  }
+  return out;
+}
+
+using Rows = std::vector<std::pair<std::uint64_t, std::int64_t>>;
+
+} // namespace
+
+TEST_CASE("an unlinked log refuses to append; a new log at the name starts its own seqs") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  auto first = SessionLog::create(path, {"s", {}, 1});
+  first.append("tool/call", {{"n", 0}});
+  first.append("tool/call", {{"n", 1}});
+  const Watch orphan(path);
+  const std::string before = orphan.bytes();
+  REQUIRE(::unlink(path.c_str()) == 0);
+
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "it was unlinked"));
+  CHECK(orphan.bytes() == before);
+  CHECK(first.next_seq() == 2);
+
+  auto second = SessionLog::create(path, {"s2", {}, 2});
+  CHECK(second.append("tool/call", {{"n", 10}}) == 0);
+  // Once lost, always refused (the message says what happened, now with a new file there).
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "it was unlinked"));
+  CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) == lost_message(path, "it was unlinked"));
+  CHECK(orphan.bytes() == before);
+  CHECK(rows(path) == Rows{{0, 10}});
+}
+
+TEST_CASE("a log replaced by rename refuses to append; the log at the name keeps contiguous seqs") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  auto first = SessionLog::create(path, {"s", {}, 1});
+  first.append("tool/call", {{"n", 0}});
+  first.append("tool/call", {{"n", 1}});
+  const Watch orphan(path);
+  const std::string before = orphan.bytes();
+  // The replacement is a byte-for-byte copy (an editor's save, say): appending to the old
+  // file would give two different events seq 2.
+  write_bytes(dir / "copy", before);
+  std::filesystem::rename(dir / "copy", path);
+
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "it was unlinked, and another file was put at its name"));
+  auto second = SessionLog::open(path);
+  CHECK(second.append("tool/call", {{"n", 2}}) == 2);
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "it was unlinked, and another file was put at its name"));
+  CHECK(orphan.bytes() == before);
+  CHECK(rows(path) == Rows{{0, 0}, {1, 1}, {2, 2}});
+}
+
+TEST_CASE("a log still linked elsewhere but replaced at its name refuses to append") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  auto first = SessionLog::create(path, {"s", {}, 1});
+  first.append("tool/call", {{"n", 0}});
+  const std::string before = read_bytes(path);
+  std::filesystem::rename(path, dir / "kept");
+  CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) ==
+        lost_message(path, "it was moved away from its name"));
+
+  // A different log now at the name: the first log's file still has a name, but not this one.
+  auto second = SessionLog::create(path, {"s2", {}, 2});
+  CHECK(second.append("tool/call", {{"n", 5}}) == 0);
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "it was moved away from its name"));
+  CHECK(read_bytes(dir / "kept") == before);
+  CHECK(rows(path) == Rows{{0, 5}});
+}
+
+TEST_CASE("a log whose file another file replaced while it stays linked elsewhere says so") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  auto first = SessionLog::create(path, {"s", {}, 1});
+  first.append("tool/call", {{"n", 0}});
+  REQUIRE(::link(path.c_str(), (dir / "kept").c_str()) == 0);
+  const std::string before = read_bytes(path);
+  write_bytes(dir / "copy", before);
+  std::filesystem::rename(dir / "copy", path);
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "another file was put at its name"));
+  CHECK(read_bytes(dir / "kept") == before);
+  CHECK(read_bytes(path) == before);
+}
+
+TEST_CASE("a log whose directory was removed refuses to append; a new log there starts its own seqs") {
+  const TempDir dir;
+  const auto sub = dir / "sub";
+  std::filesystem::create_directory(sub);
+  const auto path = sub / "s.jsonl";
+  auto first = SessionLog::create(path, {"s", {}, 1});
+  first.append("tool/call", {{"n", 0}});
+  const Watch orphan(path);
+  const std::string before = orphan.bytes();
+  std::filesystem::remove_all(sub);
+
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "its directory was removed"));
+  CHECK(orphan.bytes() == before);
+
+  std::filesystem::create_directory(sub);
+  auto second = SessionLog::create(path, {"s2", {}, 2});
+  CHECK(second.append("tool/call", {{"n", 7}}) == 0);
+  CHECK(std::string(log_error_from([&] {
+                      first.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(path, "its directory was removed"));
+  CHECK(orphan.bytes() == before);
+  CHECK(rows(path) == Rows{{0, 7}});
+}
+
+TEST_CASE("a log that follows a symbolic link checks the file the link leads to") {
+  const TempDir dir;
+  const auto real = dir / "real.jsonl";
+  const auto link = dir / "link.jsonl";
+  static_cast<void>(SessionLog::create(real, {"s", {}, 1}));
+  std::filesystem::create_symlink(real, link);
+  auto log = SessionLog::open(link, dsh::SessionLogOptions{.follow_symlink = true});
+  CHECK(log.append("tool/call", {{"n", 0}}) == 0);
+
+  // Pointing the link at another log is a replacement of the file at the name.
+  static_cast<void>(SessionLog::create(dir / "other.jsonl", {"o", {}, 1}));
+  std::filesystem::remove(link);
+  std::filesystem::create_symlink(dir / "other.jsonl", link);
+  CHECK(std::string(log_error_from([&] {
+                      log.append("tool/call", {{"n", 99}});
+                    }).what()) == lost_message(link, "another file was put at its name"));
+  CHECK(rows(real) == Rows{{0, 0}});
+  CHECK(SessionLog::open(dir / "other.jsonl").next_seq() == 0);
+}

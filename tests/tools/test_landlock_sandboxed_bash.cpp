@@ -1,0 +1,306 @@
+// The dsh-sandboxed-bash example program, run for real on real session logs: it resolves the
+// session's policy, fences bash with it, and turns a denied write into an escalation hint.
+#include "support/landlock.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+#include <dsh/session_log.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#ifndef DSH_SANDBOXED_BASH
+#error "DSH_SANDBOXED_BASH must name the dsh-sandboxed-bash executable"
+#endif
+
+using dsh::SandboxMode;
+using dsh::test::Captured;
+using dsh::test::Lab;
+using dsh::test::read_file;
+
+namespace {
+
+/// A lab plus a session log whose cwd is the lab's workspace.
+struct Session {
+  Lab lab;
+  std::filesystem::path log_path = lab.base() / "session.jsonl";
+
+  Session() {
+    const dsh::SessionHeader header{"s-sandboxed-bash", lab.workspace().string(), 1764480000000};
+    (void)dsh::SessionLog::create(log_path, header);
+  }
+
+  /// Appends a `sandbox/mode` switch to the session, as the host's /mode command would.
+  void switch_to(SandboxMode mode) const {
+    dsh::SessionLog log = dsh::SessionLog::open(log_path);
+    dsh::set_sandbox_mode(log, mode);
+  }
+
+  /// Runs the example (itself unfenced; it fences its bash) in the C locale.
+  [[nodiscard]] Captured run(std::vector<std::string> arguments) const {
+    static const dsh::PreparedFence none = dsh::PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+    std::vector<std::string> argv{"env", "LC_ALL=C", DSH_SANDBOXED_BASH};
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    return dsh::test::capture(none, std::move(argv), lab.base(), lab.base());
+  }
+
+  [[nodiscard]] std::string quoted_log() const { return "'" + log_path.string() + "'"; }
+};
+
+const std::string prefix = "dsh-sandboxed-bash: ";
+
+} // namespace
+
+TEST_CASE("dsh-sandboxed-bash: read-only session refuses the write and hints workspace-write") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const Captured run = session.run({"--log", session.log_path.string(), "--", "echo hi > inside.txt"});
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.empty());
+  CHECK(run.err == "bash: line 1: inside.txt: Permission denied\n" + prefix +
+                       "denied by the read-only file policy (Landlock fence): bash: line 1: inside.txt: Permission "
+                       "denied\n" +
+                       prefix +
+                       "if this change is required, ask for approval and re-run with a wider mode: "
+                       "dsh-sandboxed-bash --log " +
+                       session.quoted_log() + " --approved workspace-write -- 'echo hi > inside.txt'\n");
+  CHECK(read_file(session.lab.workspace() / "inside.txt") == "<missing>");
+}
+
+TEST_CASE("dsh-sandboxed-bash: an approved mode widens that one call") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const Captured approved = session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--",
+                                         "echo hi > inside.txt && cat inside.txt && pwd"});
+  CHECK(approved.exit_code == 0);
+  CHECK(approved.out == "hi\n" + session.lab.workspace().string() + "\n"); // runs in the session workspace
+  CHECK(approved.err.empty());
+  const Captured next = session.run({"--log", session.log_path.string(), "--", "echo again > inside.txt"});
+  CHECK(next.exit_code == 1);
+  CHECK(read_file(session.lab.workspace() / "inside.txt") == "hi\n");
+}
+
+TEST_CASE("dsh-sandboxed-bash: the session's own switch decides, outside writes hint danger-full-access") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  session.switch_to(SandboxMode::workspace_write);
+  const std::string outside = (session.lab.outside() / "out.txt").string();
+  const Captured run = session.run({"--log", session.log_path.string(), "--", "touch", "inside.txt", outside});
+  CHECK(run.exit_code == 1);
+  CHECK(run.err == "touch: cannot touch '" + outside + "': Permission denied\n" + prefix +
+                       "denied by the workspace-write file policy (Landlock fence): touch: cannot touch '" + outside +
+                       "': Permission denied\n" + prefix +
+                       "if this change is required, ask for approval and re-run with a wider mode: "
+                       "dsh-sandboxed-bash --log " +
+                       session.quoted_log() + " --approved danger-full-access -- 'touch' 'inside.txt' '" + outside +
+                       "'\n");
+  CHECK(read_file(session.lab.workspace() / "inside.txt").empty());
+  CHECK(read_file(outside) == "<missing>");
+
+  const Captured danger =
+      session.run({"--log", session.log_path.string(), "--approved", "danger-full-access", "--", "touch", outside});
+  CHECK(danger.exit_code == 0);
+  CHECK(danger.err.empty());
+  CHECK(read_file(outside).empty());
+}
+
+TEST_CASE("dsh-sandboxed-bash: --verbose shows the model text and the fence") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const Captured run = session.run({"--log", session.log_path.string(), "--verbose", "--", "true"});
+  CHECK(run.exit_code == 0);
+  const dsh::PreparedFence fence = dsh::PreparedFence::prepare(session.lab.policy(SandboxMode::read_only));
+  CHECK(run.err == prefix +
+                       "model text: Current DSH file policy: read-only. One-shot bash commands cannot modify files in "
+                       "the standing mode. For one-shot bash commands, do not refuse a required modification from "
+                       "this standing mode alone: attempt it normally and follow the tool's denial and escalation "
+                       "guidance.\n" +
+                       prefix + "fence: " + fence.report().describe() + "\n");
+}
+
+TEST_CASE("dsh-sandboxed-bash: usage errors and unusable logs run nothing") {
+  const Session session;
+  const std::string usage = "usage: dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] "
+                            "[--verbose] -- COMMAND...\nMODE is read-only, workspace-write or danger-full-access\n";
+  const Captured no_log = session.run({"--", "touch", "x"});
+  CHECK(no_log.exit_code == 2);
+  CHECK(no_log.err == prefix + "--log SESSION.jsonl is required\n" + usage);
+  const Captured bad_mode = session.run({"--log", session.log_path.string(), "--approved", "Read-Only", "--", "true"});
+  CHECK(bad_mode.exit_code == 2);
+  CHECK(bad_mode.err == prefix + "unknown mode \"Read-Only\" for --approved\n" + usage);
+  const Captured no_command = session.run({"--log", session.log_path.string(), "--"});
+  CHECK(no_command.exit_code == 2);
+  CHECK(no_command.err == prefix + "no COMMAND after --\n" + usage);
+  const Captured missing = session.run({"--log", (session.lab.base() / "missing.jsonl").string(), "--", "touch", "x"});
+  CHECK(missing.exit_code == 126);
+  CHECK(missing.err.rfind(prefix + "not run: ", 0) == 0);
+  CHECK(read_file(session.lab.base() / "x") == "<missing>");
+}
+
+TEST_CASE("dsh-sandboxed-bash: an --approved mode not strictly wider than the session's is refused, nothing runs") {
+  struct Case {
+    std::optional<SandboxMode> session_mode; // nullopt: the --default decides
+    std::vector<std::string> flags;
+    std::string message;
+  };
+  const std::string both = "approve one of: workspace-write, danger-full-access\n";
+  const std::string danger = "approve one of: danger-full-access\n";
+  const std::string none = "no mode is wider, so the call needs no approval\n";
+  const std::string refused = "--approved refused: sandbox escalation to ";
+  const std::vector<Case> cases{
+      {std::nullopt,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::read_only,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::workspace_write,
+       {"--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current workspace-write mode; " + danger},
+      {SandboxMode::workspace_write,
+       {"--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current workspace-write mode; " + danger},
+      {std::nullopt,
+       {"--default", "workspace-write", "--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current workspace-write mode; " + danger},
+      {SandboxMode::read_only, // the session's switch outranks the default
+       {"--default", "danger-full-access", "--approved", "read-only"},
+       refused + "read-only is not strictly wider than this call's current read-only mode; " + both},
+      {SandboxMode::danger_full_access,
+       {"--approved", "danger-full-access"},
+       refused + "danger-full-access is not strictly wider than this call's current danger-full-access mode; " + none},
+      {SandboxMode::danger_full_access,
+       {"--approved", "workspace-write"},
+       refused + "workspace-write is not strictly wider than this call's current danger-full-access mode; " + none},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    const Session session;
+    if (c.session_mode) {
+      session.switch_to(*c.session_mode);
+    }
+    const std::string log_before = read_file(session.log_path);
+    const std::string inside = (session.lab.workspace() / "marker").string();
+    const std::string outside = (session.lab.outside() / "marker").string();
+    std::vector<std::string> arguments{"--log", session.log_path.string()};
+    arguments.insert(arguments.end(), c.flags.begin(), c.flags.end());
+    arguments.insert(arguments.end(), {"--", "echo ran; touch", inside, outside});
+    const Captured run = session.run(arguments);
+    CHECK(run.exit_code == 2);
+    CHECK(run.out.empty());
+    CHECK(run.err == prefix + c.message);
+    CHECK(read_file(inside) == "<missing>");
+    CHECK(read_file(outside) == "<missing>");
+    CHECK(read_file(session.log_path) == log_before);
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider than the call's") {
+  DSH_REQUIRE_LANDLOCK();
+  const std::string hint = "if this change is required, ask for approval and re-run with a wider mode: "
+                           "dsh-sandboxed-bash --log ";
+  // A denial naming a path inside the workspace, in workspace-write: the current mode is never
+  // offered again, only danger-full-access.
+  {
+    const Session session;
+    session.switch_to(SandboxMode::workspace_write);
+    const std::string denial = "bash: line 1: inside.txt: Permission denied";
+    const Captured run = session.run({"--log", session.log_path.string(), "--", "echo \"" + denial + "\" >&2; false"});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- 'echo \"" +
+                         denial + "\" >&2; false'\n");
+  }
+  // The same denial in a read-only session whose call was approved workspace-write: the approval
+  // is not offered again, although workspace-write would allow that path.
+  {
+    const Session session;
+    const std::string denial = "bash: line 1: inside.txt: Permission denied";
+    const std::string command = "echo \"" + denial + "\" >&2; false";
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- '" + command +
+                         "'\n");
+  }
+  // A read-only session whose call was approved workspace-write, refused a write outside: the
+  // hint asks for more than the approval already gave.
+  {
+    const Session session;
+    const std::string outside = (session.lab.outside() / "out.txt").string();
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", "touch", outside});
+    CHECK(run.exit_code == 1);
+    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
+    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
+                         "\n" + prefix + hint + session.quoted_log() + " --approved danger-full-access -- 'touch' '" +
+                         outside + "'\n");
+    CHECK(read_file(outside) == "<missing>");
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash: danger-full-access offers no retry, from the session or an approval") {
+  DSH_REQUIRE_LANDLOCK();
+  const std::string denial = "touch: cannot touch 'x': Permission denied";
+  const std::string command = "echo \"" + denial + "\" >&2; false";
+  {
+    const Session session;
+    session.switch_to(SandboxMode::danger_full_access);
+    const Captured run = session.run({"--log", session.log_path.string(), "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n");
+  }
+  {
+    const Session session;
+    const Captured run =
+        session.run({"--log", session.log_path.string(), "--approved", "danger-full-access", "--", command});
+    CHECK(run.exit_code == 1);
+    CHECK(run.err == denial + "\n");
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash: a log inside the workspace makes workspace-write refuse to run anything") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const std::filesystem::path inner = session.lab.workspace() / "session.jsonl";
+  {
+    dsh::SessionLog log = dsh::SessionLog::create(inner, {"s-inner", session.lab.workspace().string(), 1764480000000});
+    dsh::set_sandbox_mode(log, SandboxMode::workspace_write);
+  }
+  const std::string before = read_file(inner);
+  const Captured run = session.run({"--log", inner.string(), "--", "echo forged >> session.jsonl; touch ran.txt"});
+  CHECK(run.exit_code == 126);
+  CHECK(run.out.empty());
+  CHECK(run.err == prefix + "not run: Landlock fence for workspace-write: refusing the workspace root " +
+                       dsh::json_string_literal(session.lab.workspace().native()) +
+                       ": the command could change the session log " + dsh::json_string_literal(inner.native()) +
+                       ", which decides later calls\n");
+  CHECK(read_file(inner) == before);
+  CHECK(read_file(session.lab.workspace() / "ran.txt") == "<missing>");
+}
+
+TEST_CASE("dsh-sandboxed-bash: a forged danger-full-access switch in a log under /tmp is refused") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const dsh::test::TempDir logs("/tmp");
+  const std::filesystem::path log_path = dsh::canonical_path(logs.path()) / "session.jsonl";
+  {
+    dsh::SessionLog log = dsh::SessionLog::create(log_path, {"s-tmp", lab.workspace().string(), 1764480000000});
+    dsh::set_sandbox_mode(log, SandboxMode::workspace_write);
+  }
+  const std::string before = read_file(log_path);
+  const std::string forged = R"({"type":"sandbox/mode","seq":1,"data":{"mode":"danger-full-access"}})";
+  static const dsh::PreparedFence none = dsh::PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+  const Captured run = dsh::test::capture(none,
+                                          {"env", "LC_ALL=C", DSH_SANDBOXED_BASH, "--log", log_path.string(), "--",
+                                           "echo '" + forged + "' >> " + log_path.string() + " && touch inside.txt"},
+                                          lab.base(), lab.base());
+  CHECK(run.exit_code == 1);
+  CHECK(run.err.find("bash: line 1: " + log_path.string() + ": Permission denied\n") == 0);
+  CHECK(read_file(log_path) == before);
+  CHECK(read_file(lab.workspace() / "inside.txt") == "<missing>");
+  const dsh::PolicyOwner owner;
+  CHECK(owner.resolve(dsh::SessionLog::open(log_path)).mode == SandboxMode::workspace_write);
+}
