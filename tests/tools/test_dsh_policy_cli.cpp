@@ -373,37 +373,37 @@ void plant(const fs::path& path, const std::string& content) {
 TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][store]") {
   const Workspace ws;
   const fs::path root = ws.work / "store";
-  plant(root / "--srv-dsh-fixture-project--" / "fixture-basic" / "session.jsonl",
+  plant(root / "--home-dev-sample-project--" / "sample-basic" / "session.jsonl",
         read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "basic.jsonl"));
-  plant(root / "_no-cwd" / "fixture-no-switch" / "session.jsonl",
+  plant(root / "_no-cwd" / "sample-no-switch" / "session.jsonl",
         read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "no-switch.jsonl"));
   plant(root / "--srv-z--" / "z" / "session.jsonl.zstd", "\x28\xB5\x2F\xFD");
-  const std::string basic = (root / "--srv-dsh-fixture-project--" / "fixture-basic" / "session.jsonl").string();
+  const std::string basic = (root / "--home-dev-sample-project--" / "sample-basic" / "session.jsonl").string();
 
-  const Run history = ws.policy({"history", "--dsh-root", "store", "--session", "fixture-basic"});
+  const Run history = ws.policy({"history", "--dsh-root", "store", "--session", "sample-basic"});
   CHECK(history.status == 0);
   CHECK(history.err.empty());
   CHECK(history.out ==
-        "seq 2  time 1764480000200 (2025-11-30T05:20:00.200Z)  mode workspace-write  source -\n"
-        "seq 5  time 1764480000500 (2025-11-30T05:20:00.500Z)  mode read-only  source -\n"
-        "seq 6  time 1764480000600 (2025-11-30T05:20:00.600Z)  mode danger-full-access  source delegation\n");
+        "seq 2  time 1767225600120 (2026-01-01T00:00:00.120Z)  mode workspace-write  source -\n"
+        "seq 5  time 1767225600300 (2026-01-01T00:00:00.300Z)  mode read-only  source -\n"
+        "seq 6  time 1767225600360 (2026-01-01T00:00:00.360Z)  mode danger-full-access  source delegation\n");
 
-  const Run shown = ws.policy({"show", "--session=fixture-basic", "--families", "filesystem", "--dsh-root=store",
-                               "--cwd", "/srv/dsh-fixture/project"});
+  const Run shown = ws.policy({"show", "--session=sample-basic", "--families", "filesystem", "--dsh-root=store",
+                               "--cwd", "/home/dev/sample-project"});
   CHECK(shown.status == 0);
-  CHECK(shown.out.starts_with("log:       store/--srv-dsh-fixture-project--/fixture-basic/session.jsonl\n"
-                              "session:   fixture-basic\n"
+  CHECK(shown.out.starts_with("log:       store/--home-dev-sample-project--/sample-basic/session.jsonl\n"
+                              "session:   sample-basic\n"
                               "mode:      danger-full-access, set by the switch at seq 6"));
 
-  const Run set = ws.policy({"set", "--dsh-root", "store", "--session", "fixture-no-switch", "workspace-write"});
+  const Run set = ws.policy({"set", "--dsh-root", "store", "--session", "sample-no-switch", "workspace-write"});
   CHECK(set.status == 0);
-  CHECK(set.out == "appended sandbox/mode workspace-write at seq 2 to store/_no-cwd/fixture-no-switch/session.jsonl\n");
+  CHECK(set.out == "appended sandbox/mode workspace-write at seq 2 to store/_no-cwd/sample-no-switch/session.jsonl\n");
 
   const Run listed = ws.policy({"list", "--dsh-root", "store"});
   CHECK(listed.status == 1); // the Zstandard session cannot be read yet
-  CHECK(listed.out == "\"fixture-basic\"  danger-full-access  session  "
-                      "--srv-dsh-fixture-project--/fixture-basic/session.jsonl\n"
-                      "\"fixture-no-switch\"  workspace-write  session  _no-cwd/fixture-no-switch/session.jsonl\n");
+  CHECK(listed.out == "\"sample-basic\"  danger-full-access  session  "
+                      "--home-dev-sample-project--/sample-basic/session.jsonl\n"
+                      "\"sample-no-switch\"  workspace-write  session  _no-cwd/sample-no-switch/session.jsonl\n");
   CHECK(listed.err ==
         "dsh-policy: --srv-z--/z/session.jsonl.zstd: session log \"store/--srv-z--/z/session.jsonl.zstd\": "
         "a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
@@ -416,7 +416,9 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
   const Run defaults = ws.policy({"list", "--dsh-root=store", "--default-mode", "danger-full-access"});
   CHECK(defaults.status == 0);
   CHECK(defaults.err.empty());
-  CHECK(defaults.out.ends_with("\"fresh\"  danger-full-access  default  _no-cwd/fresh/session.jsonl\n"));
+  CHECK(defaults.out.find(
+            "\n\"fresh\"  danger-full-access  default  _no-cwd/fresh/session.jsonl\n\"sample-no-switch\"") !=
+        std::string::npos);
 
   const Run missing = ws.policy({"show", "--dsh-root", "store", "--session", "../store"});
   CHECK(missing.status == 1);
@@ -435,7 +437,7 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
       {{"list"}, "list takes --dsh-root DIR and no session"},
       {{"list", "--dsh-root", "store", "--session", "x"}, "list takes --dsh-root DIR and no session"},
       {{"list", "--dsh-root", "store", "extra"}, "list takes only --dsh-root DIR and --default-mode MODE"},
-      {{"history", "--dsh-root", "store", "--session", "fixture-basic", "extra"}, "history takes only a session log"},
+      {{"history", "--dsh-root", "store", "--session", "sample-basic", "extra"}, "history takes only a session log"},
       {{"show", "--dsh-root", "store", "--dsh-root", "store", "--session", "x"}, "option --dsh-root is given twice"},
       {{"show", "--dsh-root"}, "option --dsh-root needs a value"},
   };
