@@ -74,6 +74,18 @@ void write_file(const std::filesystem::path& path, std::string_view bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+/// Compresses the file `in` into `out` with the zstd CLI: one frame, with a checksum unless not asked.
+void zstd_cli(const std::filesystem::path& in, const std::filesystem::path& out, bool checksum = true) {
+  std::string command = "zstd -q -f ";
+  command += checksum ? "--check" : "--no-check";
+  command += " -o '";
+  command += out.string();
+  command += "' '";
+  command += in.string();
+  command += "'";
+  REQUIRE(std::system(command.c_str()) == 0);
+}
+
 /// In a build without libzstd: checks that both entry points say so exactly, and returns true.
 bool without_zstd() {
   if constexpr (dsh::detail::zstd_available) {
@@ -108,17 +120,16 @@ TEST_CASE("zstd frames: files made by the zstd CLI, one frame per batch, read ba
   write_file(dir / "h", header_line + "\n");
   write_file(dir / "b1", batch1[0] + "\n" + batch1[1] + "\n");
   write_file(dir / "b2", batch2[0] + "\n" + batch2[1] + "\n");
-  for (const char* name : {"h", "b1", "b2"}) {
-    const std::string in = (dir / name).string();
-    const std::string command = "zstd -q -f --check -o '" + in + ".zst' '" + in + "'";
-    REQUIRE(std::system(command.c_str()) == 0);
-  }
+  zstd_cli(dir / "h", dir / "h.zst");
+  zstd_cli(dir / "b1", dir / "b1.zst");
+  zstd_cli(dir / "b2", dir / "b2.zst");
   const std::string h = read_file(dir / "h.zst");
   const std::string b1 = read_file(dir / "b1.zst");
   const std::string b2 = read_file(dir / "b2.zst");
-  write_file(dir / "session.jsonl.zstd", h + b1 + b2);
+  const std::string joined = h + b1 + b2;
+  write_file(dir / "session.jsonl.zstd", joined);
 
-  for (const Walk& w : {walk_file(dir / "session.jsonl.zstd"), walk_bytes(h + b1 + b2)}) {
+  for (const Walk& w : {walk_file(dir / "session.jsonl.zstd"), walk_bytes(joined)}) {
     CHECK(w.outcome.status == ZstdFrameStatus::complete);
     CHECK(w.outcome.message.empty());
     CHECK(w.offsets == std::vector<std::uint64_t>{0, h.size(), h.size() + b1.size()});
@@ -130,9 +141,7 @@ TEST_CASE("zstd frames: files made by the zstd CLI, one frame per batch, read ba
   }
 
   SECTION("a frame the CLI wrote without a checksum is read, as DSH reads it") {
-    REQUIRE(
-        std::system(("zstd -q -f --no-check -o '" + (dir / "b1.nock").string() + "' '" + (dir / "b1").string() + "'")
-                        .c_str()) == 0);
+    zstd_cli(dir / "b1", dir / "b1.nock", false);
     const Walk w = walk_bytes(h + read_file(dir / "b1.nock"));
     CHECK(w.outcome.status == ZstdFrameStatus::complete);
     REQUIRE(w.records.size() == 2);
@@ -312,9 +321,7 @@ TEST_CASE("zstd frames: corruption is named with the frame's byte offset") {
     // Encode "record\npartial" by hand: the writer only makes complete lines.
     const TempDir dir;
     write_file(dir / "p", batch1[0] + "\n{\"seq\":1");
-    REQUIRE(std::system(
-                ("zstd -q -f --check -o '" + (dir / "p.zst").string() + "' '" + (dir / "p").string() + "'").c_str()) ==
-            0);
+    zstd_cli(dir / "p", dir / "p.zst");
     const Walk w = walk_bytes(h + read_file(dir / "p.zst") + b2);
     CHECK(w.outcome.status == ZstdFrameStatus::torn_record);
     CHECK(w.outcome.offset == h.size());
@@ -327,8 +334,7 @@ TEST_CASE("zstd frames: corruption is named with the frame's byte offset") {
     for (const std::string& plain : {header_line + "\n" + batch1[0] + "\n", header_line, std::string()}) {
       const TempDir dir;
       write_file(dir / "h", plain);
-      REQUIRE(std::system(("zstd -q -f --check -o '" + (dir / "h.zst").string() + "' '" + (dir / "h").string() + "'")
-                              .c_str()) == 0);
+      zstd_cli(dir / "h", dir / "h.zst");
       const Walk w = walk_bytes(read_file(dir / "h.zst") + b1);
       CHECK(w.outcome.status == ZstdFrameStatus::bad_header_frame);
       CHECK(w.outcome.offset == 0);

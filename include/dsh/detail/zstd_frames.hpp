@@ -199,11 +199,11 @@ public:
   ZstdFrameReader(ZstdFrameReader&&) = delete;
   ZstdFrameReader& operator=(ZstdFrameReader&&) = delete;
 
-  ~ZstdFrameReader() {
 #if DSH_SANDBOX_POLICY_HAS_ZSTD
-    ZSTD_freeDCtx(dctx_);
+  ~ZstdFrameReader() { ZSTD_freeDCtx(dctx_); }
+#else
+  ~ZstdFrameReader() = default;
 #endif
-  }
 
   /// Advances to the next frame. Returns true when `frame()` holds one (the header frame first);
   /// false once the walk is over, and then `outcome()` says how it ended.
@@ -211,11 +211,7 @@ public:
     if (done_) {
       return false;
     }
-#if DSH_SANDBOX_POLICY_HAS_ZSTD
     return advance();
-#else
-    return false;
-#endif
   }
 
   /// Returns the current frame (valid after `next()` returned true).
@@ -328,7 +324,13 @@ private:
     return {Kind::complete, at};
   }
 
-#if DSH_SANDBOX_POLICY_HAS_ZSTD
+#if !DSH_SANDBOX_POLICY_HAS_ZSTD
+  /// Without libzstd the walk ended when the reader was made.
+  [[nodiscard]] bool advance() {
+    done_ = true;
+    return false;
+  }
+#else
   /// Decodes [begin, end) into `plain_`. Returns 0 when a whole frame was decoded (for a torn
   /// frame: when the available bytes decoded without error), else a libzstd error code; sets
   /// `too_large_` when the plaintext would exceed the limit.
