@@ -7,10 +7,27 @@ set(DSH_SANDBOX_POLICY_CONFIG_DIR "${CMAKE_INSTALL_DATADIR}/cmake/dsh_sandbox_po
     CACHE STRING "Where to install the dsh_sandbox_policy CMake package, relative to the prefix")
 mark_as_advanced(DSH_SANDBOX_POLICY_CONFIG_DIR)
 
-install(TARGETS dsh_sandbox_policy EXPORT dsh_sandbox_policyTargets FILE_SET HEADERS
+install(TARGETS dsh_sandbox_policy dsh_sandbox_policy_zstd EXPORT dsh_sandbox_policyTargets FILE_SET HEADERS
         DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT dsh_sandbox_policyTargets NAMESPACE dsh:: DESTINATION "${DSH_SANDBOX_POLICY_CONFIG_DIR}"
         FILE dsh_sandbox_policyTargets.cmake)
+
+# The package finds libzstd again the way this build found it; the pkg-config file requires it.
+if(DSH_SANDBOX_POLICY_ZSTD_FOUND_BY STREQUAL "CONFIG")
+  set(DSH_SANDBOX_POLICY_ZSTD_FIND "find_dependency(zstd CONFIG)")
+elseif(DSH_SANDBOX_POLICY_ZSTD_FOUND_BY STREQUAL "PKG_CONFIG")
+  set(DSH_SANDBOX_POLICY_ZSTD_FIND
+      "find_dependency(PkgConfig)\npkg_check_modules(dsh_sandbox_policy_libzstd REQUIRED QUIET IMPORTED_TARGET libzstd)")
+else()
+  set(DSH_SANDBOX_POLICY_ZSTD_FIND "# Built without Zstandard support: no libzstd needed.")
+endif()
+if(DSH_SANDBOX_POLICY_ZSTD_TARGET)
+  set(DSH_SANDBOX_POLICY_PC_REQUIRES ", libzstd")
+  set(DSH_SANDBOX_POLICY_PC_HAS_ZSTD 1)
+else()
+  set(DSH_SANDBOX_POLICY_PC_REQUIRES "")
+  set(DSH_SANDBOX_POLICY_PC_HAS_ZSTD 0)
+endif()
 
 configure_package_config_file(
   "${PROJECT_SOURCE_DIR}/cmake/dsh_sandbox_policyConfig.cmake.in"
