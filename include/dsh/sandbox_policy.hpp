@@ -10,6 +10,7 @@
 #include <dsh/detail/canonical.hpp>
 #include <dsh/detail/enum_table.hpp>
 #include <dsh/detail/json_text.hpp>
+#include <dsh/detail/last_event.hpp>
 #include <dsh/version.hpp>
 
 #include <algorithm>
@@ -504,25 +505,15 @@ template <std::ranges::input_range R, class Projection>
       std::convertible_to<std::invoke_result_t<Projection&, std::ranges::range_reference_t<R>>,
                           std::optional<SandboxMode>>
 [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events, Projection projection) {
-  if constexpr (std::ranges::bidirectional_range<R>) {
-    const auto first = std::ranges::begin(events);
-    auto position = std::ranges::next(first, std::ranges::end(events));
-    while (position != first) {
-      --position;
-      if (std::optional<SandboxMode> mode = std::invoke(projection, *position)) {
-        return mode;
-      }
+  std::optional<SandboxMode> last;
+  detail::walk_to_last(std::forward<R>(events), [&](auto&& event, bool) {
+    if (std::optional<SandboxMode> mode = std::invoke(projection, event)) {
+      last = mode;
+      return true;
     }
-    return std::nullopt;
-  } else {
-    std::optional<SandboxMode> last;
-    for (auto&& event : events) {
-      if (std::optional<SandboxMode> mode = std::invoke(projection, event)) {
-        last = mode;
-      }
-    }
-    return last;
-  }
+    return false;
+  });
+  return last;
 }
 
 /// Folds a range of JSON events: returns the mode of the last `sandbox/mode` event, or nullopt
