@@ -11,8 +11,9 @@
 // are never restricted. See README "Enforcement" for what Landlock does not cover.
 #pragma once
 
-#include <dsh/open_beneath.hpp>
+#include <dsh/detail/posix.hpp>
 #include <dsh/sandbox_policy.hpp>
+#include <dsh/unique_fd.hpp>
 
 #include <algorithm>
 #include <array>
@@ -504,23 +505,8 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
   return {};
 }
 
-/// Writes `text` to `fd`, retrying short writes; only async-signal-safe calls.
-inline void write_all(int fd, const char* text, std::size_t size) noexcept {
-  while (size > 0) {
-    const ::ssize_t written = ::write(fd, text, size);
-    if (written < 0 && errno == EINTR) {
-      continue;
-    }
-    if (written <= 0) {
-      return;
-    }
-    text += written;
-    size -= static_cast<std::size_t>(written);
-  }
-}
-
 /// Writes a C string to `fd`; async-signal-safe.
-inline void write_text(int fd, const char* text) noexcept { write_all(fd, text, std::strlen(text)); }
+inline void write_text(int fd, const char* text) noexcept { static_cast<void>(write_all(fd, text, std::strlen(text))); }
 
 /// Writes a non-negative number in decimal to `fd`; async-signal-safe.
 inline void write_number(int fd, int value) noexcept {
@@ -531,7 +517,7 @@ inline void write_number(int fd, int value) noexcept {
     digits[--at] = static_cast<char>('0' + rest % 10U);
     rest /= 10U;
   } while (rest != 0U && at > 0);
-  write_all(fd, digits + at, sizeof digits - at);
+  static_cast<void>(write_all(fd, digits + at, sizeof digits - at));
 }
 
 /// What a child that could not start reports through the spawn pipe.
@@ -1131,10 +1117,7 @@ inline void kill_listed_children(int list) noexcept {
   long pid = 0;
   bool in_number = false;
   for (;;) {
-    const ::ssize_t got = ::read(list, buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
+    const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(list, buffer.data(), buffer.size()); });
     if (got <= 0) {
       break;
     }
@@ -1176,23 +1159,10 @@ inline void kill_listed_children(int list) noexcept {
   sigset_t pending;
   ::sigemptyset(&pending);
   const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
-  bool ok = true;
-  while (size > 0) {
-    const ::ssize_t written = ::write(fd, data, size);
-    if (written < 0 && errno == EINTR) {
-      continue;
-    }
-    if (written <= 0) {
-      ok = false;
-      break;
-    }
-    data += written;
-    size -= static_cast<std::size_t>(written);
-  }
+  const bool ok = write_all(fd, data, size);
   if (!ok && errno == EPIPE && !was_pending) {
     const timespec no_wait{};
-    while (::sigtimedwait(&pipe_only, nullptr, &no_wait) < 0 && errno == EINTR) {
-    }
+    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
   }
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return ok;
@@ -1290,10 +1260,8 @@ private:
     auto* bytes = reinterpret_cast<char*>(&report);
     std::size_t got = 0;
     while (got < sizeof report) {
-      const ::ssize_t n = ::read(control_.get(), bytes + got, sizeof report - got);
-      if (n < 0 && errno == EINTR) {
-        continue;
-      }
+      const ::ssize_t n =
+          detail::retry_on_eintr([&]() noexcept { return ::read(control_.get(), bytes + got, sizeof report - got); });
       if (n <= 0) {
         return false;
       }
@@ -1336,10 +1304,7 @@ private:
   /// waitpid for the supervisor (retrying on EINTR); its raw status, or -1.
   [[nodiscard]] static int reap(::pid_t pid) noexcept {
     int status = 0;
-    ::pid_t done = -1;
-    do {
-      done = ::waitpid(pid, &status, 0);
-    } while (done < 0 && errno == EINTR);
+    const ::pid_t done = detail::retry_on_eintr([&]() noexcept { return ::waitpid(pid, &status, 0); });
     return done < 0 ? -1 : status;
   }
 
@@ -1815,8 +1780,7 @@ private:
     }
     if (shared.error != 0) {
       int ignored = 0;
-      while (::waitpid(command, &ignored, 0) < 0 && errno == EINTR) {
-      }
+      static_cast<void>(detail::retry_on_eintr([&]() noexcept { return ::waitpid(command, &ignored, 0); }));
       return {shared.error, shared.step, static_cast<detail::ChildStage>(shared.stage), shared.capability};
     }
     return {};

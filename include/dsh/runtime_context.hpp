@@ -233,30 +233,17 @@ struct SnapshotScan {
 /// is the length of the log after that snapshot; otherwise it walks the whole range.
 template <JsonEventRange R> [[nodiscard]] SnapshotScan scan_snapshots(R&& events) {
   SnapshotScan scan;
-  if constexpr (std::ranges::bidirectional_range<R>) {
-    const auto first = std::ranges::begin(events);
-    auto position = std::ranges::next(first, std::ranges::end(events));
-    while (position != first && !scan.latest) {
-      --position;
-      const nlohmann::json& event = *position;
-      if (!scan.next_seq) {
-        scan.next_seq = seq_after(event);
-      }
-      if (is_snapshot_message(event)) {
-        scan.latest = snapshot_record(event);
-      }
-    }
-  } else {
-    for (auto&& element : events) {
-      const nlohmann::json& event = element;
+  walk_to_last(std::forward<R>(events), [&](const nlohmann::json& event, bool newest_first) {
+    if (!newest_first || !scan.next_seq) {
       if (const auto next = seq_after(event)) {
         scan.next_seq = next;
       }
-      if (is_snapshot_message(event)) {
-        scan.latest = snapshot_record(event);
-      }
     }
-  }
+    if (is_snapshot_message(event)) {
+      scan.latest = snapshot_record(event);
+    }
+    return scan.latest.has_value();
+  });
   return scan;
 }
 

@@ -7,6 +7,10 @@
 /// `sandbox/mode` event in the session's own log. The contract: docs/contract.md.
 #pragma once
 
+#include <dsh/detail/canonical.hpp>
+#include <dsh/detail/enum_table.hpp>
+#include <dsh/detail/json_text.hpp>
+#include <dsh/detail/last_event.hpp>
 #include <dsh/version.hpp>
 
 #include <algorithm>
@@ -85,15 +89,6 @@ enum class RootSource : std::uint8_t { session, deployment };
 
 namespace detail {
 
-/// One row of an enum's string table.
-template <class E> struct EnumEntry {
-  E value;
-  std::string_view name;
-};
-
-/// The string table of an enum: the only place its strings are spelled.
-template <class E> struct EnumTable;
-
 template <> struct EnumTable<SandboxMode> {
   static constexpr std::string_view what = "a sandbox mode";
   static constexpr std::array<EnumEntry<SandboxMode>, 3> entries{{
@@ -128,50 +123,6 @@ template <> struct EnumTable<RootSource> {
       {RootSource::deployment, "deployment"},
   }};
 };
-
-/// An enum with a string table.
-template <class E>
-concept TabledEnum = requires {
-  EnumTable<E>::entries;
-};
-
-/// Returns the table's string for `value`, or "" for a value outside the enum.
-template <TabledEnum E> [[nodiscard]] constexpr std::string_view enum_name(E value) noexcept {
-  for (const auto& entry : EnumTable<E>::entries) {
-    if (entry.value == value) {
-      return entry.name;
-    }
-  }
-  return {};
-}
-
-/// Returns the value whose string is exactly `text`, or nullopt.
-template <TabledEnum E> [[nodiscard]] constexpr std::optional<E> enum_parse(std::string_view text) noexcept {
-  for (const auto& entry : EnumTable<E>::entries) {
-    if (entry.name == text) {
-      return entry.value;
-    }
-  }
-  return std::nullopt;
-}
-
-/// Returns every value of the enum, in table order.
-template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
-  std::array<E, EnumTable<E>::entries.size()> values{};
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = EnumTable<E>::entries[i].value;
-  }
-  return values;
-}
-
-/// Returns `value` as JavaScript's `JSON.stringify` writes the same value (DSH's own text):
-/// strings escaped as `dump()` escapes them, invalid UTF-8 replaced by U+FFFD; every number as
-/// a JavaScript number (a double) in its shortest round-trip form (`1.0` as `1`, `-0.0` as `0`,
-/// `1e21` as `1e+21`, an integer beyond 2^53 rounded to a double, a non-finite one as `null`);
-/// object members with array-index keys (`"0"`, `"42"`, below 2^32 - 1) first in ascending
-/// numeric order, then the others in the tree's (sorted) order. Defined with the model text,
-/// whose string escaping it shares.
-[[nodiscard]] inline std::string compact_json(const nlohmann::json& value);
 
 /// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
 [[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
@@ -554,25 +505,15 @@ template <std::ranges::input_range R, class Projection>
       std::convertible_to<std::invoke_result_t<Projection&, std::ranges::range_reference_t<R>>,
                           std::optional<SandboxMode>>
 [[nodiscard]] std::optional<SandboxMode> effective_mode(R&& events, Projection projection) {
-  if constexpr (std::ranges::bidirectional_range<R>) {
-    const auto first = std::ranges::begin(events);
-    auto position = std::ranges::next(first, std::ranges::end(events));
-    while (position != first) {
-      --position;
-      if (std::optional<SandboxMode> mode = std::invoke(projection, *position)) {
-        return mode;
-      }
+  std::optional<SandboxMode> last;
+  detail::walk_to_last(std::forward<R>(events), [&](auto&& event, bool) {
+    if (std::optional<SandboxMode> mode = std::invoke(projection, event)) {
+      last = mode;
+      return true;
     }
-    return std::nullopt;
-  } else {
-    std::optional<SandboxMode> last;
-    for (auto&& event : events) {
-      if (std::optional<SandboxMode> mode = std::invoke(projection, event)) {
-        last = mode;
-      }
-    }
-    return last;
-  }
+    return false;
+  });
+  return last;
 }
 
 /// Folds a range of JSON events: returns the mode of the last `sandbox/mode` event, or nullopt
@@ -639,169 +580,7 @@ private:
 // Canonicalization
 // ---------------------------------------------------------------------------------------------
 
-namespace detail {
-
-/// Returns the process working directory, an absolute path; throws std::system_error when it
-/// cannot be read (for example after it was removed) or is not an absolute path, because
-/// guessing a base would widen a relative root.
-[[nodiscard]] inline std::string current_directory() {
-  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  if (::getcwd(buffer.data(), buffer.size()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "dsh: cannot read the process working directory");
-  }
-  if (buffer[0] != '/') { // a C library that reports an unreachable directory by name
-    throw std::system_error(ENOENT, std::generic_category(),
-                            "dsh: the process working directory is not an absolute path");
-  }
-  return std::string(buffer.data());
-}
-
-/// Returns `path` made absolute against the process working directory (POSIX: absolute
-/// means starting with '/'). Throws what `current_directory` throws, for a relative path only.
-[[nodiscard]] inline std::string absolute_native(std::string_view path) {
-  if (path.starts_with('/')) {
-    return std::string(path);
-  }
-  std::string absolute = current_directory();
-  if (!absolute.ends_with('/')) {
-    absolute += '/';
-  }
-  absolute.append(path);
-  return absolute;
-}
-
-#ifdef O_PATH
-/// Returns the path the kernel records for the open file `fd`, read back through
-/// /proc/self/fd, or nullopt when that is unavailable or not a plain absolute path (a deleted
-/// file reads back with " (deleted)" appended, one outside the process root as "(unreachable)...").
-[[nodiscard]] inline std::optional<std::string> recorded_path(int fd) {
-  // "/proc/self/fd/" and the descriptor's decimal digits, written from the end of `link`.
-  constexpr std::string_view prefix = "/proc/self/fd/";
-  std::array<char, 32> link{};
-  std::size_t start = link.size() - 1;
-  for (auto value = static_cast<unsigned>(fd);; value /= 10U) {
-    link[--start] = static_cast<char>('0' + value % 10U);
-    if (value < 10U) {
-      break;
-    }
-  }
-  start -= prefix.size();
-  std::copy(prefix.begin(), prefix.end(), link.begin() + static_cast<std::ptrdiff_t>(start));
-  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  const ssize_t length = ::readlink(&link[start], buffer.data(), buffer.size());
-  if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size() || buffer[0] != '/') {
-    return std::nullopt;
-  }
-  const std::string_view recorded(buffer.data(), static_cast<std::size_t>(length));
-  if (recorded.ends_with(" (deleted)")) {
-    return std::nullopt;
-  }
-  return std::string(recorded);
-}
-#endif
-
-/// Returns the physical identity of the absolute path `path` as realpath(3) gives it, or
-/// nullopt when it does not exist as a whole. Opens it once (O_PATH) and asks the kernel for
-/// the name it recorded: one path walk instead of realpath(3)'s walk per component. Falls
-/// back to realpath(3) whenever that cannot answer for a reason other than a missing component.
-[[nodiscard]] inline std::optional<std::string> physical_identity(const std::string& path) {
-  // O_PATH is Linux's; elsewhere realpath(3) answers alone.
-#ifdef O_PATH
-  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC); // NOLINT(cppcoreguidelines-pro-type-vararg)
-  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
-    return std::nullopt;
-  }
-  if (fd >= 0) {
-    std::optional<std::string> recorded = recorded_path(fd);
-    ::close(fd);
-    if (recorded) {
-      return recorded;
-    }
-  }
-#endif
-  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  if (::realpath(path.c_str(), buffer.data()) == nullptr) {
-    return std::nullopt;
-  }
-  return std::string(buffer.data());
-}
-
-/// Normalizes lexically and drops a trailing separator (except for "/").
-[[nodiscard]] inline std::string lexically_clean(const std::filesystem::path& path) {
-  std::string text = path.lexically_normal().native();
-  while (text.size() > 1 && text.back() == '/') {
-    text.pop_back();
-  }
-  return text;
-}
-
-/// Returns the target of the symbolic link `path`, or nullopt when `path` is not one.
-[[nodiscard]] inline std::optional<std::filesystem::path> dangling_link_target(const std::filesystem::path& path) {
-  struct stat status {};
-  if (::lstat(path.c_str(), &status) != 0 || !S_ISLNK(status.st_mode)) {
-    return std::nullopt;
-  }
-  std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  const ssize_t length = ::readlink(path.c_str(), buffer.data(), buffer.size());
-  if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size()) {
-    return std::nullopt;
-  }
-  return std::filesystem::path(std::string(buffer.data(), static_cast<std::size_t>(length)));
-}
-
-/// The slow path of `canonical_path` for an absolute path that does not exist as a whole:
-/// the identity of the longest existing prefix, then the rest lexically. A dangling symbolic
-/// link at the boundary is followed, as `open(O_CREAT)` would follow it.
-[[nodiscard]] inline std::string canonical_partial(std::filesystem::path absolute) {
-  constexpr int max_links = 40; // the kernel's own limit (ELOOP)
-  for (int links = 0;; ++links) {
-    std::vector<std::filesystem::path> parts(absolute.begin(), absolute.end());
-    std::filesystem::path base = absolute.root_path();
-    std::size_t existing = 1; // parts[0] is the root
-    for (std::size_t count = parts.size() - 1; count >= 1; --count) {
-      std::filesystem::path prefix = absolute.root_path();
-      for (std::size_t i = 1; i <= count; ++i) {
-        prefix /= parts[i];
-      }
-      if (auto identity = physical_identity(prefix.native())) {
-        base = std::move(*identity);
-        existing = count + 1;
-        break;
-      }
-    }
-    std::filesystem::path rest;
-    for (std::size_t i = existing; i < parts.size(); ++i) {
-      rest /= parts[i];
-    }
-    if (existing < parts.size() && links < max_links) {
-      if (auto target = dangling_link_target(base / parts[existing])) {
-        std::filesystem::path followed = target->is_absolute() ? *target : base / *target;
-        for (std::size_t i = existing + 1; i < parts.size(); ++i) {
-          followed /= parts[i];
-        }
-        absolute = std::move(followed);
-        continue;
-      }
-    }
-    return lexically_clean(base / rest);
-  }
-}
-
-/// The one canonicalizer (see `canonical_path`), on native strings.
-[[nodiscard]] inline std::string canonical_native(const std::string& path) {
-  if (!path.starts_with('/')) {
-    return canonical_native(absolute_native(path));
-  }
-  if (path.find('\0') != std::string::npos) {
-    return lexically_clean(path);
-  }
-  if (auto identity = physical_identity(path)) {
-    return std::move(*identity);
-  }
-  return canonical_partial(path);
-}
-
-} // namespace detail
+namespace detail {} // namespace detail
 
 /// Canonicalizes a path as docs/contract.md#canonicalization says: absolute against the process working directory;
 /// the physical identity (symbolic links followed, then each `..` taken physically) of the
@@ -829,55 +608,6 @@ inline void require_valid_root(const std::filesystem::path& root) {
     throw ConfigError(
         expectation_message("PolicyConfig key \"workspaceRoot\"", "a non-empty path without NUL characters", text));
   }
-}
-
-/// Returns the length of the well-formed UTF-8 sequence at the start of `bytes`, or 0 when it
-/// is ill-formed; `*consumed` receives the maximal subpart to replace by one U+FFFD (>= 1).
-[[nodiscard]] constexpr std::size_t utf8_sequence(std::string_view bytes, std::size_t* consumed) noexcept {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t length = 0;
-  unsigned char low = 0x80;
-  unsigned char high = 0xBF;
-  if (lead < 0x80) {
-    *consumed = 1;
-    return 1;
-  }
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    low = lead == 0xE0 ? 0xA0 : 0x80;
-    high = lead == 0xED ? 0x9F : 0xBF;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    low = lead == 0xF0 ? 0x90 : 0x80;
-    high = lead == 0xF4 ? 0x8F : 0xBF;
-  } else {
-    *consumed = 1;
-    return 0;
-  }
-  for (std::size_t i = 1; i < length; ++i) {
-    const bool in_range = i < bytes.size() && byte(i) >= (i == 1 ? low : 0x80) && byte(i) <= (i == 1 ? high : 0xBF);
-    if (!in_range) {
-      *consumed = i;
-      return 0;
-    }
-  }
-  *consumed = length;
-  return length;
-}
-
-/// Returns true if `text` is well-formed UTF-8.
-[[nodiscard]] constexpr bool is_utf8(std::string_view text) noexcept {
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t consumed = 1;
-    if (utf8_sequence(text.substr(i), &consumed) == 0) {
-      return false;
-    }
-    i += consumed;
-  }
-  return true;
 }
 
 /// Throws ConfigError unless `label` is non-empty UTF-8 and holds no control character and no `"`.
@@ -1026,249 +756,6 @@ inline void append_family_list(std::string& out, FamilySet families, std::string
   if (sentence_start && out.size() > first && out[first] >= 'a' && out[first] <= 'z') {
     out[first] = static_cast<char>(out[first] - 'a' + 'A');
   }
-}
-
-/// Appends the UTF-8 sequence `bytes` starts with, or U+FFFD in place of its maximal
-/// ill-formed subpart; returns the number of bytes of `bytes` consumed (>= 1, `bytes` non-empty).
-inline std::size_t append_utf8_or_replacement(std::string& out, std::string_view bytes) {
-  std::size_t consumed = 1;
-  const std::size_t valid = utf8_sequence(bytes, &consumed);
-  out.append(valid > 0 ? bytes.substr(0, valid) : std::string_view("\xEF\xBF\xBD"));
-  return consumed;
-}
-
-/// Returns `text` with each maximal ill-formed UTF-8 subpart replaced by U+FFFD.
-[[nodiscard]] inline std::string repaired_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  std::size_t i = 0;
-  while (i < text.size()) {
-    if (static_cast<unsigned char>(text[i]) < 0x80) {
-      out += text[i];
-      ++i;
-    } else {
-      i += append_utf8_or_replacement(out, text.substr(i));
-    }
-  }
-  return out;
-}
-
-/// Appends `text` escaped for the inside of a JSON string literal (without the quotes): `"`,
-/// `\` and control characters escaped as JSON and JavaScript's `JSON.stringify` do; valid UTF-8
-/// as it is; each maximal ill-formed subpart replaced by U+FFFD.
-inline void append_json_string_body(std::string& out, std::string_view text) {
-  constexpr std::string_view hex = "0123456789abcdef";
-  const auto plain = [](char c) {
-    const auto byte = static_cast<unsigned char>(c);
-    return byte >= 0x20 && byte < 0x80 && c != '"' && c != '\\';
-  };
-  std::size_t i = 0;
-  while (i < text.size()) {
-    // Printable ASCII needs no escape: copy it a run at a time, not a character at a time.
-    std::size_t run_end = i;
-    while (run_end < text.size() && plain(text[run_end])) {
-      ++run_end;
-    }
-    out.append(text.substr(i, run_end - i));
-    i = run_end;
-    if (i == text.size()) {
-      break;
-    }
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t consumed = 1;
-    if (c >= 0x80) {
-      consumed = append_utf8_or_replacement(out, text.substr(i));
-    } else if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\b') {
-      out += "\\b";
-    } else if (c == '\f') {
-      out += "\\f";
-    } else {
-      out += "\\u00";
-      out += hex[c >> 4U];
-      out += hex[c & 0x0FU];
-    }
-    i += consumed;
-  }
-}
-
-/// Appends `text` as a JSON string literal: in double quotes, escaped as
-/// `append_json_string_body` escapes it. The result can never end the literal early or start a
-/// new line.
-inline void append_json_string(std::string& out, std::string_view text) {
-  out += '"';
-  append_json_string_body(out, text);
-  out += '"';
-}
-
-/// Appends `number` as JavaScript's `Number.prototype.toString` writes it (and so
-/// `JSON.stringify`, except that a non-finite number is `null` there and here): the shortest
-/// digits that read back as `number`, in plain notation for decimal exponents from -7 to 20
-/// and as `d.ddde+N` / `d.ddde-N` beyond them; zero of either sign is `0`.
-inline void append_js_number(std::string& out, double number) {
-  if (!std::isfinite(number)) {
-    out += "null";
-    return;
-  }
-  if (number == 0) {
-    out += '0';
-    return;
-  }
-  if (number < 0) {
-    out += '-';
-    number = -number;
-  }
-  // std::to_chars without a precision gives the shortest round-trip digits (the closest to
-  // the value when several are as short), as JavaScript chooses them: "d.ddde+XX".
-  std::array<char, 32> text; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  const char* const end =
-      std::to_chars(text.data(), text.data() + text.size(), number, std::chars_format::scientific).ptr;
-  std::array<char, 20> digits{};
-  std::size_t count = 0;
-  const char* p = text.data();
-  for (; p < end && *p != 'e'; ++p) {
-    if (*p != '.') {
-      digits[count++] = *p;
-    }
-  }
-  const bool negative_exponent = p + 1 < end && p[1] == '-';
-  int exponent = 0;
-  for (p += 2; p < end; ++p) {
-    exponent = exponent * 10 + (*p - '0');
-  }
-  // The value is 0.<digits> * 10^point: JavaScript's n.
-  const int point = (negative_exponent ? -exponent : exponent) + 1;
-  const auto k = static_cast<int>(count);
-  const std::string_view all(digits.data(), count);
-  if (k <= point && point <= 21) {
-    out.append(all).append(static_cast<std::size_t>(point - k), '0');
-  } else if (0 < point && point <= 21) {
-    out.append(all.substr(0, static_cast<std::size_t>(point)))
-        .append(".")
-        .append(all.substr(static_cast<std::size_t>(point)));
-  } else if (-6 < point && point <= 0) {
-    out.append("0.").append(static_cast<std::size_t>(-point), '0').append(all);
-  } else {
-    out += all.front();
-    if (k > 1) {
-      out.append(".").append(all.substr(1));
-    }
-    out += point - 1 < 0 ? "e-" : "e+";
-    out += std::to_string(point - 1 < 0 ? 1 - point : point - 1);
-  }
-}
-
-/// Returns the value of `key` if it is a canonical array index ("0", or digits without a
-/// leading zero, below 2^32 - 1), whose members JavaScript keeps first in ascending order.
-[[nodiscard]] constexpr std::optional<std::uint32_t> array_index(std::string_view key) noexcept {
-  if (key.empty() || key.size() > 10 || (key.size() > 1 && key.front() == '0')) {
-    return std::nullopt;
-  }
-  std::uint64_t value = 0;
-  for (const char c : key) {
-    if (c < '0' || c > '9') {
-      return std::nullopt;
-    }
-    value = value * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  if (value >= 0xFFFF'FFFFULL) {
-    return std::nullopt;
-  }
-  return static_cast<std::uint32_t>(value);
-}
-
-/// Appends `value` as `compact_json` returns it.
-// Written out rather than calling dump(): every translation unit that can throw
-// InvariantViolation or ConfigError reaches this, and nlohmann's serializer costs such a unit
-// over a tenth of its compile time at -O2; and dump() writes numbers and orders keys as C++
-// does, where DSH's text is JavaScript's.
-inline void append_compact_json(std::string& out, const nlohmann::json& value) {
-  using Type = nlohmann::json::value_t;
-  const char* separator = "";
-  switch (value.type()) {
-  case Type::null:
-    out += "null";
-    break;
-  case Type::boolean:
-    out += value.get_ref<const nlohmann::json::boolean_t&>() ? "true" : "false";
-    break;
-  case Type::number_integer: // JavaScript reads every number as a double
-    append_js_number(out, static_cast<double>(value.get_ref<const nlohmann::json::number_integer_t&>()));
-    break;
-  case Type::number_unsigned:
-    append_js_number(out, static_cast<double>(value.get_ref<const nlohmann::json::number_unsigned_t&>()));
-    break;
-  case Type::number_float:
-    append_js_number(out, value.get_ref<const nlohmann::json::number_float_t&>());
-    break;
-  case Type::string:
-    append_json_string(out, value.get_ref<const std::string&>());
-    break;
-  case Type::array:
-    out += '[';
-    for (const nlohmann::json& element : value.get_ref<const nlohmann::json::array_t&>()) {
-      out += std::exchange(separator, ",");
-      append_compact_json(out, element);
-    }
-    out += ']';
-    break;
-  case Type::object: {
-    const auto& object = value.get_ref<const nlohmann::json::object_t&>();
-    // The tree keeps its keys sorted as strings ("10" before "9"); JavaScript puts array
-    // indices first, in numeric order.
-    std::vector<std::pair<std::uint32_t, const nlohmann::json::object_t::value_type*>> indices;
-    for (const auto& member : object) {
-      if (const std::optional<std::uint32_t> index = array_index(member.first)) {
-        indices.emplace_back(*index, &member);
-      }
-    }
-    std::ranges::sort(indices, {}, [](const auto& entry) { return entry.first; });
-    const auto append_member = [&](const nlohmann::json::object_t::value_type& member) {
-      out += std::exchange(separator, ",");
-      append_json_string(out, member.first);
-      out += ':';
-      append_compact_json(out, member.second);
-    };
-    out += '{';
-    for (const auto& entry : indices) {
-      append_member(*entry.second);
-    }
-    for (const auto& member : object) {
-      if (!array_index(member.first)) {
-        append_member(member);
-      }
-    }
-    out += '}';
-    break;
-  }
-  case Type::binary:
-    out += R"({"bytes":[)";
-    for (const std::uint8_t byte : value.get_binary()) {
-      out += std::exchange(separator, ",");
-      out += std::to_string(byte);
-    }
-    out += R"(],"subtype":)";
-    out += value.get_binary().has_subtype() ? std::to_string(value.get_binary().subtype()) : "null";
-    out += '}';
-    break;
-  case Type::discarded:
-    out += "<discarded>";
-    break;
-  }
-}
-
-[[nodiscard]] inline std::string compact_json(const nlohmann::json& value) {
-  std::string out;
-  append_compact_json(out, value);
-  return out;
 }
 
 } // namespace detail

@@ -7,7 +7,9 @@
 /// the log keeps one file offset per row and parses a row only when `events()` reaches it.
 #pragma once
 
+#include <dsh/detail/posix.hpp>
 #include <dsh/sandbox_policy.hpp>
+#include <dsh/unique_fd.hpp>
 
 #include <algorithm>
 #include <array>
@@ -850,44 +852,12 @@ private:
   return std::string(what) + ": " + std::generic_category().message(error);
 }
 
-/// Owns a POSIX file descriptor; closes it on destruction.
-class FileDescriptor {
-public:
-  FileDescriptor() noexcept = default;
-  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
-  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  ~FileDescriptor() { reset(); }
-
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  void reset() noexcept {
-    if (fd_ >= 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-
-private:
-  int fd_ = -1;
-};
-
 /// Opens `path` with `flags` (and O_CLOEXEC); throws LogError for `named` (the file the
 /// caller is about) naming the failure. With O_NOFOLLOW, a symbolic link at `path` gets a
 /// message that says so and names the option that accepts it.
-[[nodiscard]] inline FileDescriptor open_file(const std::filesystem::path& path, int flags, mode_t mode,
-                                              const std::filesystem::path& named) {
-  int fd = -1;
-  do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  } while (fd < 0 && errno == EINTR);
+[[nodiscard]] inline UniqueFd open_file(const std::filesystem::path& path, int flags, mode_t mode,
+                                        const std::filesystem::path& named) {
+  const int fd = retry_on_eintr([&] { return ::open(path.c_str(), flags | O_CLOEXEC, mode); });
   if (fd < 0) {
     const int error = errno;
     struct stat status {};
@@ -898,7 +868,7 @@ private:
     }
     throw LogError(named, 0, with_errno("cannot open", error));
   }
-  return FileDescriptor(fd);
+  return UniqueFd(fd);
 }
 
 /// Throws ConfigError for options no log can use (a negative lock timeout).
@@ -985,10 +955,7 @@ private:
 /// Reads exactly `size` bytes at `offset` into `out`; throws LogError if the file ends first.
 inline void read_exactly(int fd, const std::filesystem::path& path, char* out, std::size_t size, std::uint64_t offset) {
   while (size > 0) {
-    const ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
+    const ssize_t got = retry_on_eintr([&] { return ::pread(fd, out, size, static_cast<off_t>(offset)); });
     if (got < 0) {
       throw LogError(path, 0, with_errno("cannot read", errno));
     }
@@ -1341,7 +1308,7 @@ public:
 
   const std::filesystem::path path;
   const SessionLogOptions options;
-  FileDescriptor fd;
+  UniqueFd fd;
   SessionHeader header;
   nlohmann::json header_json;
 
@@ -1497,10 +1464,7 @@ public:
   /// Writes `line` with one write(2) at the end of the file and syncs it; on any failure
   /// cuts the file back to where it was and throws.
   void write_line(const std::string& line) {
-    ssize_t written = -1;
-    do {
-      written = ::write(fd.get(), line.data(), line.size());
-    } while (written < 0 && errno == EINTR);
+    const ssize_t written = retry_on_eintr([&] { return ::write(fd.get(), line.data(), line.size()); });
     if (written < 0 || static_cast<std::size_t>(written) != line.size()) {
       roll_back(written < 0 ? with_errno("cannot write", errno)
                             : "cannot write: only " + std::to_string(written) + " of " + std::to_string(line.size()) +
@@ -1774,17 +1738,16 @@ public:
     const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
     // Everything after the link goes through this descriptor, so it concerns the directory
     // the link was made in even if that directory is renamed meanwhile.
-    const FileDescriptor directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, path);
+    const UniqueFd directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, path);
     const std::string staging = staging_name(name);
-    int staged = -1;
-    do {
-      staged = ::openat(directory.get(), staging.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                        0644);
-    } while (staged < 0 && errno == EINTR);
+    const int staged = detail::retry_on_eintr([&] {
+      return ::openat(directory.get(), staging.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      0644);
+    });
     if (staged < 0) {
       throw LogError(path, 0, with_errno("cannot open", errno));
     }
-    state->fd = FileDescriptor(staged);
+    state->fd = UniqueFd(staged);
     try {
       state->write_line(line);
       if (::fsync(state->fd.get()) != 0) {
