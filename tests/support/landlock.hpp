@@ -234,15 +234,28 @@ private:
     return false;
   }
 
+  /// True when every directory from `/` down to `dir` lets other users pass (o+x): tests that
+  /// drop to an unprivileged user must reach the laboratory (a home directory of mode 0700,
+  /// or a build tree beneath one, does not qualify).
+  static bool traversable_by_others(const std::filesystem::path& dir) {
+    std::filesystem::path walked = "/";
+    for (const std::filesystem::path& part : canonical_path(dir).relative_path()) {
+      walked /= part;
+      struct stat info {};
+      if (::stat(walked.c_str(), &info) != 0 || (info.st_mode & S_IXOTH) == 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   static std::filesystem::path make_base() {
-    std::vector<std::filesystem::path> candidates{std::filesystem::current_path()};
+    std::vector<std::filesystem::path> candidates{std::filesystem::current_path(), "/var/lib", "/opt"};
     if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
       candidates.emplace_back(home);
     }
-    candidates.emplace_back("/var/lib");
-    candidates.emplace_back("/opt");
     for (const std::filesystem::path& dir : candidates) {
-      if (in_temporary_area(dir)) {
+      if (in_temporary_area(dir) || !traversable_by_others(dir)) {
         continue;
       }
       std::string pattern = (dir / "dsh-landlock-lab-XXXXXX").string();
@@ -250,8 +263,8 @@ private:
         return pattern;
       }
     }
-    throw std::runtime_error("no writable directory outside the temporary areas for the fence "
-                             "laboratory (tried the working directory, $HOME, /var/lib, /opt)");
+    throw std::runtime_error("no writable directory outside the temporary areas, open to other users, for "
+                             "the fence laboratory (tried the working directory, /var/lib, /opt, $HOME)");
   }
 
   TempDir tmp_;
