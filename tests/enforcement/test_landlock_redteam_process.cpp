@@ -145,13 +145,27 @@ int hostile(std::string_view action, const std::string& arg) {
   return false;
 }();
 
+/// A copy of this test executable that every user can run: the unprivileged host (uid 65534)
+/// runs it too, and the build tree may sit in a directory only its owner can enter (a 0700
+/// scratch directory, a home directory). Made once; removed with the process.
+const std::string& hostile_program() {
+  static const dsh::test::TempDir dir;
+  static const std::string path = [] {
+    std::array<char, 4096> self{};
+    const ::ssize_t length = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+    REQUIRE(length > 0);
+    const std::filesystem::path copy = dir / "hostile";
+    std::filesystem::copy_file(std::string(self.data(), static_cast<std::size_t>(length)), copy);
+    REQUIRE(::chmod(dir.path().c_str(), 0755) == 0);
+    REQUIRE(::chmod(copy.c_str(), 0755) == 0);
+    return copy.string();
+  }();
+  return path;
+}
+
 /// This test executable as a fenced command performing `action` with `arg`.
 FencedCommand hostile_command(const std::string& action, const std::string& arg = {}) {
-  std::array<char, 4096> self{};
-  const ::ssize_t length = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
-  REQUIRE(length > 0);
-  return FencedCommand({"env", "DSH_HOSTILE=" + action, "DSH_HOSTILE_ARG=" + arg,
-                        std::string(self.data(), static_cast<std::size_t>(length))});
+  return FencedCommand({"env", "DSH_HOSTILE=" + action, "DSH_HOSTILE_ARG=" + arg, hostile_program()});
 }
 
 // ------------------------------------------------------------------------------------------
@@ -191,6 +205,7 @@ void become_unprivileged() {
 /// 60-second alarm that kills a hung host; returns the text `body` returned, or a text that
 /// says how the host died. `body` must not use Catch2 (it runs in the copy).
 std::string as_host(bool unprivileged, const std::function<std::string()>& body) {
+  (void)hostile_program(); // copied while this process can still read the original
   std::array<int, 2> ends{-1, -1};
   REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
   const dsh::UniqueFd reader{ends[0]};
