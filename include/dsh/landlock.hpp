@@ -1753,37 +1753,54 @@ private:
   }
 
   /// Starts the command with vfork and stores its pid in `command`; returns the failed step,
-  /// or error 0. The vfork child reports a failure through `shared` (the memory the two share
-  /// until exec) and exits.
+  /// or error 0. The child reports a failure through a close-on-exec pipe (its end closes
+  /// when exec succeeds), which works whether vfork shares this memory or, as under some
+  /// sanitizers, behaves like fork.
   [[nodiscard]] detail::ChildStep start_command(const PreparedFence& fence, const detail::StartPlan& plan,
                                                 ::pid_t& command) const noexcept {
-    struct Shared {
-      volatile int error = 0;
-      volatile int stage = 0;
-      volatile int capability = -1;
-      const char* volatile step = "";
-    } shared;
+    int ends[2] = {-1, -1};
+    if (::pipe2(ends, O_CLOEXEC) != 0) {
+      return {errno, "pipe2", detail::ChildStage::supervision, -1};
+    }
     command = ::vfork();
     if (command == 0) {
+      ::close(ends[0]);
       // If the supervisor dies the command dies with it; what it started is then on its own
       // (LandlockError from wait()).
       ::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(SIGKILL), 0UL, 0UL, 0UL);
       const detail::ChildStep failed = start_in_child(fence, plan);
-      shared.error = failed.error;
-      shared.stage = static_cast<int>(failed.stage);
-      shared.capability = failed.capability;
-      shared.step = failed.step;
+      (void)detail::write_all(ends[1], reinterpret_cast<const char*>(&failed), sizeof failed);
       ::_exit(failure_exit_code(failed));
     }
+    const int vfork_error = errno;
+    ::close(ends[1]);
     if (command < 0) {
-      return {errno, "vfork", detail::ChildStage::supervision, -1};
+      ::close(ends[0]);
+      return {vfork_error, "vfork", detail::ChildStage::supervision, -1};
     }
-    if (shared.error != 0) {
-      int ignored = 0;
-      static_cast<void>(detail::retry_on_eintr([&]() noexcept { return ::waitpid(command, &ignored, 0); }));
-      return {shared.error, shared.step, static_cast<detail::ChildStage>(shared.stage), shared.capability};
+    detail::ChildStep failed{};
+    std::size_t got = 0;
+    while (got < sizeof failed) {
+      const ::ssize_t part = ::read(ends[0], reinterpret_cast<char*>(&failed) + got, sizeof failed - got);
+      if (part < 0 && errno == EINTR) {
+        continue;
+      }
+      if (part <= 0) {
+        break;
+      }
+      got += static_cast<std::size_t>(part);
     }
-    return {};
+    ::close(ends[0]);
+    if (got == 0) {
+      return {}; // the pipe closed on exec: the command is running
+    }
+    int ignored = 0;
+    while (::waitpid(command, &ignored, 0) < 0 && errno == EINTR) {
+    }
+    if (got < sizeof failed || failed.error == 0) {
+      return {EIO, "reading the child's start report", detail::ChildStage::supervision, -1};
+    }
+    return failed;
   }
 #endif
 
