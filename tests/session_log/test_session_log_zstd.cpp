@@ -379,6 +379,23 @@ TEST_CASE("zstd log: a forged or out-of-sequence row inside a frame is refused l
   CHECK(read_bytes(path) == bytes);
 }
 
+TEST_CASE("zstd log: a lone surrogate in a compressed text delta opens; in a mode it is a forgery") {
+  const TempDir dir;
+  const auto path = dir / "session.jsonl.zstd";
+  const std::string delta = R"({"type":"assistant/text-delta","seq":0,"data":{"text":"\ud83d"}})";
+  write_bytes(path, frame({HEADER}) + frame({delta, mode_row(1, "workspace-write")}));
+  const SessionLog log = SessionLog::open(path);
+  CHECK(log.events()[0]["data"]["text"] == "\xEF\xBF\xBD");
+  CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
+
+  const std::string forged = R"({"type":"sandbox/mode","seq":1,"data":{"mode":"workspace-write\ud800"}})";
+  const std::string bytes = frame({HEADER}) + frame({delta}) + frame({forged});
+  write_bytes(path, bytes);
+  CHECK(std::string(open_error(path).what()) ==
+        log_message(path, 3, R"(sandbox/mode carries unknown mode "workspace-write\ud800")"));
+  CHECK(read_bytes(path) == bytes);
+}
+
 #else
 
 TEST_CASE("zstd log: without Zstandard support, opening or creating one says so") {
