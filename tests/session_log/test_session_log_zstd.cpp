@@ -10,6 +10,7 @@
 #include <dsh/detail/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -312,6 +313,61 @@ TEST_CASE("zstd log: corruption at every frame boundary is refused naming the fr
   ++cases;
   INFO("corruption cases: " << cases);
   CHECK(cases == 3 * 3 + 2);
+}
+
+TEST_CASE("zstd log: a byte flipped anywhere, or a file cut inside its header frame, never yields other rows") {
+  const TempDir dir;
+  const auto source = dir / "source.jsonl.zstd";
+  const Built built = build_log(source);
+  const std::string original = read_bytes(source);
+  std::vector<std::string> compact;
+  for (const auto& text : built.rows) {
+    compact.push_back(nlohmann::json::parse(text).dump());
+  }
+  const auto path = dir / "flipped.jsonl.zstd";
+  std::size_t refused = 0;
+  std::size_t accepted = 0;
+  std::vector<std::size_t> torn_at;
+  for (std::size_t at = 0; at < original.size(); ++at) {
+    for (const unsigned mask : {0x01U, 0x80U}) {
+      CAPTURE(at, mask);
+      std::string bytes = original;
+      bytes[at] = static_cast<char>(static_cast<unsigned char>(bytes[at]) ^ mask);
+      write_bytes(path, bytes);
+      try {
+        const SessionLog log = SessionLog::open(path);
+        // Accepted: a flip the decoder ignores (the checksummed text is the same), or one
+        // that makes a frame look torn: then its rows are a prefix of the original rows.
+        const std::vector<std::string> rows = rows_of(log);
+        REQUIRE(rows.size() <= compact.size());
+        CHECK(std::equal(rows.begin(), rows.end(), compact.begin()));
+        if (!log.tail_repair()) {
+          CHECK(rows == compact);
+        } else {
+          CHECK(at >= built.offsets.back()); // only the last frame can pass for a torn one
+          torn_at.push_back(at);
+        }
+        ++accepted;
+      } catch (const LogError&) {
+        CHECK(read_bytes(path) == bytes);
+        ++refused;
+      }
+    }
+  }
+  for (std::uint64_t cut = 1; cut < built.offsets[1]; ++cut) {
+    write_bytes(path, std::string_view(original).substr(0, cut));
+    CHECK_THROWS_AS(SessionLog::open(path), LogError);
+    CHECK(read_bytes(path) == original.substr(0, cut));
+    ++refused;
+  }
+  std::string torn_list;
+  for (const std::size_t at : torn_at) {
+    torn_list += " " + std::to_string(at);
+  }
+  INFO("refused " << refused << ", accepted " << accepted << ", as torn at" << torn_list << "; frames at "
+                  << built.offsets[1] << " " << built.offsets[2] << " " << built.offsets[3] << ", size " << built.size);
+  CHECK(refused + accepted == 2 * original.size() + built.offsets[1] - 1);
+  CHECK(refused > accepted);
 }
 
 TEST_CASE("zstd log: two writers share one compressed log; a crashed writer's torn frame is repaired on refresh") {

@@ -169,7 +169,7 @@ struct Extent {
 /// * every frame starts with the Zstandard magic; a skippable frame is corruption;
 /// * a complete frame must pass its checksum and end with a newline (after the last record);
 /// * a file ending inside a frame (after the first) is a torn tail: the complete records its
-///   available bytes decode to are yielded (none if they do not decode) with `torn` set.
+///   available bytes decode to are yielded with `torn` set; bytes that do not decode are damage.
 /// The reader keeps one frame's plaintext (at most `max_frame_bytes`) and a 128 KiB input chunk.
 class ZstdFrameReader {
 public:
@@ -478,9 +478,18 @@ private:
     frame_.end = extent.end;
     frame_.torn = torn;
     if (torn) {
-      // What a crash left of the last batch: its complete records, or none when the available
-      // bytes do not decode (they are not trusted to say anything then).
-      const std::size_t complete = ZSTD_isError(result) != 0U ? 0 : plain_.rfind('\n') + 1;
+      // What a crash left of the last batch is a prefix of a valid frame, and a prefix always
+      // decodes. Bytes that do not are damage (a corrupted header can make a frame in the middle
+      // look as if it ran past the end of the file), and repairing them as a tear would drop
+      // every later frame: refused, where DSH would keep nothing of the frame and cut.
+      if (ZSTD_isError(result) != 0U) {
+        fail(ZstdFrameStatus::malformed_frame, start,
+             zstd_frames::corrupt("the frame starting" + zstd_frames::at_byte(start) +
+                                  " runs past the end of the file, and its bytes do not decode (" +
+                                  ZSTD_getErrorName(result) + "): damaged, not torn"));
+        return false;
+      }
+      const std::size_t complete = plain_.rfind('\n') + 1;
       split_records(complete);
       done_ = true;
       outcome_.status = ZstdFrameStatus::torn_tail;
