@@ -1,14 +1,17 @@
 // Benchmark (not a test): how fast SessionLog::open validates a large realistic DSH log, and
 // its peak memory, against parsing the same file line by line with nlohmann::json::parse.
 //
-//   bench_session_log_open [--megabytes N] [--runs R] [--log PATH]
+//   bench_session_log_open [--megabytes N] [--runs R] [--log PATH] [--zstd ROWS]
 //
 // Builds a log of at least N MB (default 128) of DSH events, mostly assistant/chunk and
 // tool/result with a few hundred sandbox/mode switches and some packed chunk rows, unless
 // --log names an existing one (a --log that does not exist yet is built there and kept).
+// With --zstd, a copy in DSH's compressed layout (a header frame, then frames of ROWS rows, as
+// DSH flushes batches) is opened too, beside the plain file.
 // Each measurement runs in a fresh child process (this program re-executed), so that its peak
 // resident set (getrusage's ru_maxrss, from wait4) is its own; the file is read once first so
 // that every method starts from a warm page cache.
+#include <dsh/detail/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
 
 #include "realistic_log.hpp"
@@ -18,7 +21,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <spawn.h>
@@ -54,6 +59,36 @@ void build_log(const std::string& path, std::size_t megabytes) {
 }
 
 std::uint64_t file_size(const std::string& path) { return std::filesystem::file_size(path); }
+
+/// Writes the plain log `plain` to `path` as DSH's compressed layout: the header line in a frame
+/// of its own, then one frame per `batch` rows.
+void compress_log(const std::string& plain, const std::string& path, std::size_t batch) {
+  std::ifstream in(plain, std::ios::binary);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::vector<std::string> lines;
+  const auto flush = [&] {
+    if (lines.empty()) {
+      return;
+    }
+    const std::vector<std::string_view> views(lines.begin(), lines.end());
+    const auto frame = dsh::detail::encode_zstd_frame(views);
+    if (frame.status != dsh::detail::ZstdFrameStatus::complete) {
+      throw std::runtime_error("cannot compress: " + frame.message);
+    }
+    out.write(frame.bytes.data(), static_cast<std::streamsize>(frame.bytes.size()));
+    lines.clear();
+  };
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    lines.push_back(line);
+    if (header || lines.size() == batch) {
+      flush();
+      header = false;
+    }
+  }
+  flush();
+}
 
 /// The measurements, run in a child process: prints the seconds the operation took.
 int measure(const std::string& method, const std::string& path) {
@@ -151,6 +186,7 @@ int run(const std::vector<std::string>& args) {
   }
   std::size_t megabytes = 128;
   int runs = 3;
+  std::size_t zstd_batch = 0;
   std::string path;
   for (std::size_t i = 0; i + 1 < args.size(); i += 2) {
     if (args[i] == "--megabytes") {
@@ -159,6 +195,8 @@ int run(const std::vector<std::string>& args) {
       runs = std::stoi(args[i + 1]);
     } else if (args[i] == "--log") {
       path = args[i + 1];
+    } else if (args[i] == "--zstd") {
+      zstd_batch = std::stoul(args[i + 1]);
     }
   }
   std::string directory;
@@ -176,11 +214,25 @@ int run(const std::vector<std::string>& args) {
   std::printf("log: %s, %.1f MB\n", path.c_str(), mb);
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   static_cast<void>(run_child(self, "read-lines", path)); // warm the page cache
-  std::printf("%-16s %10s %10s %12s %10s %8s\n", "method", "best s", "MB/s", "peak RSS MB", "RSS/file", "rows");
-  for (const char* method : {"read-lines", "nlohmann-parse", "nlohmann-sax", "open", "open+iterate"}) {
+  std::string compressed;
+  if (zstd_batch > 0) {
+    compressed = path + ".zstd";
+    compress_log(path, compressed, zstd_batch);
+    std::printf("compressed copy: %s, %.1f MB, frames of %zu rows; MB/s below count the uncompressed size\n",
+                compressed.c_str(), static_cast<double>(file_size(compressed)) / (1 << 20), zstd_batch);
+    static_cast<void>(run_child(self, "open", compressed)); // warm the page cache
+  }
+  std::printf("%-18s %10s %10s %12s %10s %8s\n", "method", "best s", "MB/s", "peak RSS MB", "RSS/file", "rows");
+  std::vector<std::string> methods = {"read-lines", "nlohmann-parse", "nlohmann-sax", "open", "open+iterate"};
+  if (!compressed.empty()) {
+    methods.insert(methods.end(), {"zstd open", "zstd open+iterate"});
+  }
+  for (const std::string& label : methods) {
+    const bool on_compressed = label.starts_with("zstd ");
+    const std::string method = on_compressed ? label.substr(5) : label;
     Result best;
     for (int run = 0; run < runs; ++run) {
-      const Result result = run_child(self, method, path);
+      const Result result = run_child(self, method, on_compressed ? compressed : path);
       if (run == 0 || result.seconds < best.seconds) {
         best.seconds = result.seconds;
         best.rows = result.rows;
@@ -188,11 +240,13 @@ int run(const std::vector<std::string>& args) {
       best.max_rss_kb = std::max(best.max_rss_kb, result.max_rss_kb);
     }
     const double rss_mb = static_cast<double>(best.max_rss_kb) / 1024;
-    std::printf("%-16s %10.3f %10.1f %12.1f %10.3f %8zu\n", method, best.seconds, mb / best.seconds, rss_mb,
+    std::printf("%-18s %10.3f %10.1f %12.1f %10.3f %8zu\n", label.c_str(), best.seconds, mb / best.seconds, rss_mb,
                 rss_mb / mb, best.rows);
   }
   if (!directory.empty()) {
     std::filesystem::remove_all(directory);
+  } else if (!compressed.empty()) {
+    std::filesystem::remove(compressed);
   }
   return 0;
 }
