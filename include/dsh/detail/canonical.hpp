@@ -180,4 +180,17 @@ namespace dsh::detail {
   return canonical_partial(path);
 }
 
+/// Returns true if canonical `path` is `root` or lies beneath it by whole components.
+[[nodiscard]] inline bool is_within(const std::filesystem::path& path, const std::filesystem::path& root) noexcept {
+  const std::string& p = path.native();
+  const std::string& r = root.native();
+  if (r.empty() || r.front() != '/') {
+    return false; // a root that is not absolute contains nothing: fail closed
+  }
+  if (r == "/") {
+    return !p.empty() && p.front() == '/';
+  }
+  return p.starts_with(r) && (p.size() == r.size() || p[r.size()] == '/');
+}
+
 } // namespace dsh::detail
