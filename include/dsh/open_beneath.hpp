@@ -9,7 +9,7 @@
 #pragma once
 
 #include <dsh/detail/open_checks.hpp>
-#include <dsh/detail/openat2.hpp>
+#include <dsh/detail/resolve_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/unique_fd.hpp>
 

@@ -1,6 +1,7 @@
 /// @file
 /// The canonicalizer behind `canonical_path` (docs/contract.md#canonicalization), on native
-/// strings: the physical identity of the longest existing prefix, the rest lexically.
+/// strings: the physical identity of the longest existing prefix, the rest lexically; and
+/// whether one canonical path lies within another.
 #pragma once
 
 #include <array>

@@ -1,9 +1,8 @@
 /// @file
 /// The checks of a `PolicyConfig`: each value a deployment may set, refused with a message naming
 /// the key, the expectation and the value.
-// <dsh/sandbox_policy.hpp> includes this file where the public types it uses are declared.
-// Compiled on its own it needs that header first; the guard below (not `#pragma once`) lets the
-// front header's own include of this file define it at that point.
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
+// it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_CONFIG_CHECKS_HPP

@@ -1,9 +1,8 @@
 /// @file
 /// The walk of a DSH session store's directories: what an entry is (never following a link),
 /// the log a session directory holds, and the one session a search finds.
-// <dsh/session_store.hpp> includes this file after the public types and names it uses.
-// Compiled on its own it needs that header first; the guard below (not `#pragma once`) lets the
-// public header's own include of this file define it at that point.
+// Included by <dsh/session_store.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
+// it also compile on its own (HACKING.md#header-layout).
 #include <dsh/session_store.hpp>
 
 #ifndef DSH_DETAIL_STORE_WALK_HPP
