@@ -1,8 +1,8 @@
 /// @file
 /// The checks of a `PolicyConfig`: each value a deployment may set, refused with a message naming
 /// the key, the expectation and the value.
-// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_CONFIG_CHECKS_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The rules every event meets: the invariant on `sandbox/mode` events (docs/contract.md#the-invariant),
 /// the mode an event switches to, and the envelope of a new event.
-// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_EVENT_RULES_HPP

@@ -1,7 +1,7 @@
 /// @file
 /// The builder of a `PreparedFence`: the ruleset of a resolved policy on the running kernel.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_FENCE_BUILDER_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// What a fenced child does between fork and exec, async-signal-safe: its descriptors,
 /// capabilities, signals, session and stdio, and how it reports a failed start.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_FENCE_CHILD_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The guards of a fence: the paths whose state decides a later call, and why a grant would
 /// expose one.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_FENCE_GUARDS_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The supervisor between the host and a fenced command: its reports, how a call ends, and the
 /// plan it starts the command with.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_FENCE_SUPERVISOR_HPP

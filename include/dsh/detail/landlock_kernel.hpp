@@ -1,8 +1,8 @@
 /// @file
 /// The kernel's Landlock interface: the system calls, their structures, the ABI probe and
 /// why Landlock is unavailable.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_LANDLOCK_KERNEL_HPP

@@ -1,7 +1,7 @@
 /// @file
 /// The builder of the `sandbox:policy` text (docs/contract.md#the-model-text).
-// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_POLICY_TEXT_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The registry behind `PolicyOwner`: the counted family contributions and change listeners of one
 /// owner, which a `Disposer` takes back.
-// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_REGISTRY_HPP

@@ -2,8 +2,8 @@
 /// The runtime-context snapshot in a session log: the names of the outcomes, how a snapshot
 /// message is recognized, the seq the next event gets, and the one scan and append that
 /// `announce_runtime_context` and its relatives are built on.
-// Included by <dsh/runtime_context.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/runtime_context.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/runtime_context.hpp>
 
 #ifndef DSH_DETAIL_SNAPSHOT_LOG_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The walk of a DSH session store's directories: what an entry is (never following a link),
 /// the log a session directory holds, and the one session a search finds.
-// Included by <dsh/session_store.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/session_store.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/session_store.hpp>
 
 #ifndef DSH_DETAIL_STORE_WALK_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The temporary areas a workspace-write fence may grant: /tmp, /var/tmp, /dev/shm and an
 /// eligible $TMPDIR.
-// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/landlock.hpp>
 
 #ifndef DSH_DETAIL_TEMPORARY_AREAS_HPP

@@ -1,8 +1,8 @@
 /// @file
 /// The string tables of the policy vocabulary (SandboxMode, Family, ModeSource, RootSource) and
 /// the JSON conversions built on them.
-// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not `#pragma once`, lets
-// it also compile on its own (HACKING.md#header-layout).
+// Included by <dsh/sandbox_policy.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
 #include <dsh/sandbox_policy.hpp>
 
 #ifndef DSH_DETAIL_VOCABULARY_HPP
