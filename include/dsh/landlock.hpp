@@ -9,6 +9,10 @@
 // What is restricted: every write-class filesystem right the running kernel's Landlock ABI
 // knows (the `LANDLOCK_WRITE_RIGHTS` table). Reading, listing, executing and device ioctls
 // are never restricted. See README "Enforcement" for what Landlock does not cover.
+//
+// The header reads: the error, the rights and the fence's report and options, the capabilities
+// a fence drops, `PreparedFence`, then `FencedChild` and `FencedCommand`. The kernel interface,
+// the guards, the child's steps, the supervisor and the builder are in <dsh/detail/>.
 #pragma once
 
 #include <dsh/detail/posix.hpp>
@@ -300,233 +304,92 @@ struct [[nodiscard]] ApplyResult {
   [[nodiscard]] constexpr bool ok() const noexcept { return error == 0; }
 };
 
+/// A fence ready to be applied; defined after the internals it is built on.
 class PreparedFence;
 
-namespace detail {
-
-/// The result of asking the kernel for its Landlock ABI.
-struct LandlockProbe {
-  int abi = 0;   ///< 0 when unavailable
-  int error = 0; ///< errno of the probe when unavailable
+/// A capability the fence removes from a command that holds it (root, or a host running with
+/// file or ambient capabilities), and why.
+struct FenceCapability {
+  int number;              ///< the CAP_* value of <linux/capability.h>
+  std::string_view name;   ///< as capabilities(7) spells it, in lower case
+  std::string_view reason; ///< what a command could do with it that the Landlock fence does not stop
 };
 
-[[nodiscard]] PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                          LandlockProbe probe, const char* tmpdir);
+/// The capabilities a command run in read-only or workspace-write gives up before exec, from
+/// its bounding, effective, permitted, inheritable and ambient sets (danger-full-access keeps
+/// them all). Each reaches past the file fence: devices, the kernel, other processes, the
+/// host's terminal, or machine-wide state that outlives the call. Kept on purpose, because
+/// ordinary commands run as root use them within the fenced file tree: cap_chown,
+/// cap_dac_override, cap_fowner, cap_fsetid, cap_setuid, cap_setgid, cap_net_bind_service,
+/// cap_net_broadcast, cap_net_raw, cap_ipc_lock, cap_sys_chroot, cap_sys_resource,
+/// cap_lease, cap_audit_write, cap_audit_read, cap_wake_alarm, cap_block_suspend.
+inline constexpr std::array<FenceCapability, 24> FENCE_DROPPED_CAPABILITIES{{
+    {2, "cap_dac_read_search", "open_by_handle_at(2) opens a file by handle, without a path"},
+    {5, "cap_kill", "signals processes of every user, outside the command's own tree"},
+    {8, "cap_setpcap", "changes capability sets and the bounding set"},
+    {9, "cap_linux_immutable", "sets the immutable or append-only attribute of any file (the session log)"},
+    {12, "cap_net_admin", "reconfigures the machine's network: interfaces, routes, firewall"},
+    {15, "cap_ipc_owner", "bypasses the permissions of other processes' System V IPC objects"},
+    {16, "cap_sys_module", "loads kernel modules"},
+    {17, "cap_sys_rawio", "raw I/O on ports, memory and block devices"},
+    {19, "cap_sys_ptrace", "traces and reads the memory of any process, the host's included"},
+    {20, "cap_sys_pacct", "makes the kernel write process accounting records to a file"},
+    {21, "cap_sys_admin", "mounts, namespaces, TIOCSTI on any terminal, and much more"},
+    {22, "cap_sys_boot", "reboots the machine or loads a new kernel"},
+    {23, "cap_sys_nice", "real-time priorities that starve the host and the time limit's supervisor"},
+    {25, "cap_sys_time", "sets the clock the session log's timestamps come from"},
+    {26, "cap_sys_tty_config", "hangs up and reconfigures terminals"},
+    {27, "cap_mknod", "creates device nodes, e.g. a second name for the disk"},
+    {30, "cap_audit_control", "changes the kernel's audit rules"},
+    {31, "cap_setfcap", "gives file capabilities to programs it writes"},
+    {32, "cap_mac_override", "overrides mandatory access control"},
+    {33, "cap_mac_admin", "reconfigures mandatory access control"},
+    {34, "cap_syslog", "reads and clears the kernel log"},
+    {38, "cap_perfmon", "monitors the performance of the kernel and other processes"},
+    {39, "cap_bpf", "loads BPF programs into the kernel"},
+    {40, "cap_checkpoint_restore", "checkpoint and restore operations on other processes"},
+}};
 
-#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
-#if defined(SYS_landlock_create_ruleset)
-inline constexpr long sys_landlock_create_ruleset = SYS_landlock_create_ruleset;
-inline constexpr long sys_landlock_add_rule = SYS_landlock_add_rule;
-inline constexpr long sys_landlock_restrict_self = SYS_landlock_restrict_self;
-#else // the same numbers on every architecture (older libc headers lack the names)
-inline constexpr long sys_landlock_create_ruleset = 444;
-inline constexpr long sys_landlock_add_rule = 445;
-inline constexpr long sys_landlock_restrict_self = 446;
-#endif
-inline constexpr unsigned landlock_create_ruleset_version = 1U << 0;
-inline constexpr int landlock_rule_path_beneath = 1;
-
-/// struct landlock_ruleset_attr as ABI 6 defines it. The size passed to the kernel is that
-/// of the fields its ABI knows (`ruleset_attr_size`).
-struct RulesetAttr {
-  std::uint64_t handled_access_fs;  ///< ABI 1
-  std::uint64_t handled_access_net; ///< ABI 4
-  std::uint64_t scoped;             ///< ABI 6
-};
-
-/// The size of struct landlock_ruleset_attr on a kernel with Landlock ABI `abi`.
-[[nodiscard]] constexpr std::size_t ruleset_attr_size(int abi) noexcept {
-  if (abi >= 6) {
-    return sizeof(RulesetAttr);
+/// The capabilities of `FENCE_DROPPED_CAPABILITIES` as a bit mask (bit N is CAP number N).
+[[nodiscard]] constexpr std::uint64_t fence_dropped_capabilities() noexcept {
+  std::uint64_t mask = 0;
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    mask |= 1ULL << static_cast<unsigned>(capability.number);
   }
-  return abi >= 4 ? offsetof(RulesetAttr, scoped) : offsetof(RulesetAttr, handled_access_net);
+  return mask;
 }
 
-/// struct landlock_path_beneath_attr (packed, 12 bytes).
-struct __attribute__((packed)) PathBeneathAttr {
-  std::uint64_t allowed_access;
-  std::int32_t parent_fd;
-};
-#endif
-
-/// Asks the running kernel for its Landlock ABI version.
-[[nodiscard]] inline LandlockProbe probe_landlock() noexcept {
-#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
-  const long version = ::syscall(sys_landlock_create_ruleset, nullptr, 0, landlock_create_ruleset_version);
-  if (version < 0) {
-    return {0, errno};
-  }
-  return {static_cast<int>(version), 0};
-#else
-  return {0, ENOSYS};
-#endif
-}
-
-/// Why Landlock is unavailable, in words a kernel owner can act on.
-[[nodiscard]] inline std::string landlock_unavailable_reason(int error) {
-#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
-  if (error == EOPNOTSUPP) {
-    return "Landlock is built into this kernel but disabled (add landlock to the lsm= boot "
-           "parameter)";
-  }
-  if (error == ENOSYS) {
-    return "this kernel has no Landlock (Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK=y "
-           "is required)";
-  }
-  return std::string("the Landlock probe failed: ") + std::strerror(error);
-#else
-  (void)error;
-#if defined(__linux__)
-  return "this build has Landlock disabled (DSH_SANDBOX_POLICY_NO_LANDLOCK)";
-#else
-  return "Landlock exists only on Linux; this system has no equivalent fence";
-#endif
-#endif
-}
-
-/// The platform temporary areas the workspace-write fence may grant: /tmp, /var/tmp and
-/// /dev/shm, canonical and without duplicates.
-[[nodiscard]] inline std::vector<std::filesystem::path> platform_temporary_areas() {
-  std::vector<std::filesystem::path> areas;
-  for (const char* spelled : {"/tmp", "/var/tmp", "/dev/shm"}) {
-    std::filesystem::path area = canonical_path(spelled);
-    if (std::find(areas.begin(), areas.end(), area) == areas.end()) {
-      areas.push_back(std::move(area));
-    }
-  }
-  return areas;
-}
-
-/// Why `tmpdir` (the value of $TMPDIR) may not be granted, or "" when it may: it must be an
-/// absolute path whose canonical path lies beneath one of `platform_temporary_areas()`.
-/// Existence is not checked here.
-[[nodiscard]] inline std::string tmpdir_ineligible(std::string_view tmpdir) {
-  if (!tmpdir.starts_with('/')) {
-    return "not an absolute path";
-  }
-  if (tmpdir.find('\0') != std::string_view::npos) {
-    return "holds a NUL character";
-  }
-  const std::filesystem::path canonical = canonical_path(std::string(tmpdir));
-  for (const std::filesystem::path& area : platform_temporary_areas()) {
-    if (is_within(canonical, area)) {
-      return {};
-    }
-  }
-  return (canonical.native() == tmpdir ? std::string("not")
-                                       : "its canonical path " + json_string_literal(canonical.native()) + " is not") +
-         " beneath /tmp, /var/tmp or /dev/shm";
-}
-
-/// The temporary areas the workspace-write fence may grant, canonical and without
-/// duplicates: `platform_temporary_areas()`, then `tmpdir` when it is non-null and eligible
-/// (`tmpdir_ineligible`). Existence is not checked here.
-[[nodiscard]] inline std::vector<std::filesystem::path> temporary_areas(const char* tmpdir) {
-  std::vector<std::filesystem::path> areas = platform_temporary_areas();
-  if (tmpdir != nullptr && tmpdir_ineligible(tmpdir).empty()) {
-    std::filesystem::path area = canonical_path(tmpdir);
-    if (std::find(areas.begin(), areas.end(), area) == areas.end()) {
-      areas.push_back(std::move(area));
-    }
-  }
-  return areas;
-}
-
-/// A path whose state decides a later call's policy, and what a grant must not reach of it.
-struct Guard {
-  std::string what;                           ///< for messages: "the session log \"/x/s.jsonl\""
-  bool content = false;                       ///< its bytes (or, for a directory, its entries) decide too
-  std::filesystem::path canonical;            ///< its canonical path, where `content` is checked
-  std::vector<std::filesystem::path> entries; ///< every directory entry the kernel reads to resolve it
-};
-
-/// Appends to `entries` each directory entry that resolving `spelled` reads, as
-/// "<canonical directory>/<name>": the components as spelled and, for every symbolic link
-/// met, the components of its target, at most `links` links in all (the kernel's limit).
-/// `..` reads no entry that a write can replace, so it adds none.
-inline void append_resolution_entries(const std::string& spelled, std::vector<std::filesystem::path>& entries,
-                                      int& links) {
-  const std::filesystem::path absolute = absolute_native(spelled);
-  std::filesystem::path prefix = absolute.root_path();
-  for (const std::filesystem::path& part : absolute.relative_path()) {
-    if (part.empty() || part == ".") {
-      continue;
-    }
-    if (part == "..") {
-      prefix /= part;
-      continue;
-    }
-    const std::filesystem::path directory = canonical_path(prefix);
-    std::filesystem::path entry = directory / part;
-    prefix /= part;
-    if (std::find(entries.begin(), entries.end(), entry) == entries.end()) {
-      entries.push_back(entry);
-    }
-    if (links > 0) {
-      if (const std::optional<std::filesystem::path> target = dangling_link_target(entry)) {
-        --links;
-        append_resolution_entries(target->is_absolute() ? target->native() : (directory / *target).native(), entries,
-                                  links);
-      }
-    }
-  }
-}
-
-/// The guard for `spelled`: its canonical path and its resolution entries. Throws what
-/// `canonical_path` throws (a relative path when the working directory cannot be read).
-[[nodiscard]] inline Guard make_guard(std::string what, const std::filesystem::path& spelled, bool content) {
-  Guard guard{std::move(what), content, canonical_path(spelled), {}};
-  if (spelled.native().find('\0') == std::string::npos) {
-    int links = 40;
-    append_resolution_entries(spelled.native(), guard.entries, links);
-  }
-  if (std::find(guard.entries.begin(), guard.entries.end(), guard.canonical) == guard.entries.end() &&
-      guard.canonical != guard.canonical.root_path()) {
-    guard.entries.push_back(guard.canonical);
-  }
-  return guard;
-}
-
-/// Why granting every right beneath the canonical directory `grant` would let a fenced
-/// command change what `guard` protects, or "" when it would not. A path's content is
-/// reachable when it lies beneath-or-at the grant (or, for a directory, the grant lies
-/// beneath it); a directory entry is reachable when the directory holding it lies
-/// beneath-or-at the grant (the entry can then be renamed, removed or replaced by a link).
-[[nodiscard]] inline std::string exposure(const Guard& guard, const std::filesystem::path& grant) {
-  if (guard.content && (is_within(guard.canonical, grant) || is_within(grant, guard.canonical))) {
-    return "the command could change " + guard.what + ", which decides later calls";
-  }
-  for (const std::filesystem::path& entry : guard.entries) {
-    if (is_within(entry.parent_path(), grant)) {
-      return "the command could replace " + json_string_literal(entry.native()) + " on the way to " + guard.what +
-             ", which decides later calls";
+/// The name of capability `number` in `FENCE_DROPPED_CAPABILITIES`, or "" when it is not there.
+[[nodiscard]] constexpr std::string_view fence_capability_name(int number) noexcept {
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    if (capability.number == number) {
+      return capability.name;
     }
   }
   return {};
 }
 
-/// Writes a C string to `fd`; async-signal-safe.
-inline void write_text(int fd, const char* text) noexcept { static_cast<void>(write_all(fd, text, std::strlen(text))); }
-
-/// Writes a non-negative number in decimal to `fd`; async-signal-safe.
-inline void write_number(int fd, int value) noexcept {
-  char digits[16];
-  std::size_t at = sizeof digits;
-  unsigned rest = value < 0 ? 0U : static_cast<unsigned>(value);
-  do {
-    digits[--at] = static_cast<char>('0' + rest % 10U);
-    rest /= 10U;
-  } while (rest != 0U && at > 0);
-  static_cast<void>(write_all(fd, digits + at, sizeof digits - at));
-}
-
-/// What a child that could not start reports through the spawn pipe.
-struct ChildFailure {
-  int fence = 0; ///< 1 when applying the fence failed, 0 when exec failed
-  int error = 0; ///< errno
+/// Which output stream of a fenced command a relayed chunk comes from.
+enum class CommandStream : std::uint8_t {
+  out = 1, ///< the command's stdout
+  err = 2, ///< the command's stderr
 };
 
-} // namespace detail
+/// Receives a fenced command's output as it arrives, in the host thread that waits for it:
+/// the stream and the bytes (valid only during the call; chunks are not split on lines).
+using OutputSink = std::function<void(CommandStream, std::string_view)>;
+
+} // namespace dsh
+
+// The fence's internals: PreparedFence, FencedChild and FencedCommand below are built on them,
+// and they use the types above.
+#include <dsh/detail/fence_child.hpp>
+#include <dsh/detail/fence_guards.hpp>
+#include <dsh/detail/fence_supervisor.hpp>
+#include <dsh/detail/landlock_kernel.hpp>
+#include <dsh/detail/temporary_areas.hpp>
+
+namespace dsh {
 
 /// A Landlock ruleset built from a resolved policy, ready to be entered by a child process.
 ///
@@ -606,587 +469,6 @@ private:
   FenceReport report_;
   UniqueFd ruleset_;
 };
-
-namespace detail {
-
-/// Opens `path` as a Landlock rule anchor (O_PATH, following symlinks); -1 with errno set.
-[[nodiscard]] inline int open_rule_anchor(const std::filesystem::path& path, bool directory) noexcept {
-#if defined(__linux__)
-  return ::open(path.c_str(), O_PATH | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-#else
-  return ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-#endif
-}
-
-/// The guards of a workspace-write fence, in the order a refusal names them: the running
-/// host executable, an absolute $TMPDIR, the workspace root and, when given, the session cwd
-/// as spelled, the session log and the host's protected paths.
-[[nodiscard]] inline std::vector<Guard> workspace_guards(const ResolvedPolicy& policy, const FenceOptions& options,
-                                                         const char* tmpdir) {
-  const auto named = [](std::string_view what, const std::filesystem::path& path) {
-    return std::string(what) + " " + json_string_literal(path.native());
-  };
-  std::vector<Guard> guards;
-  const std::filesystem::path host = canonical_path("/proc/self/exe");
-  guards.push_back(make_guard(named("the host executable", host), host, true));
-  // Even a $TMPDIR that is not granted now decides later calls: replaced by a link into
-  // /tmp, it would be granted next time.
-  if (tmpdir != nullptr && *tmpdir == '/') {
-    guards.push_back(make_guard(named("$TMPDIR", tmpdir), tmpdir, false));
-  }
-  guards.push_back(make_guard(named("the workspace root", policy.workspace_root), policy.workspace_root, false));
-  if (!options.session_cwd.empty()) {
-    guards.push_back(make_guard(named("the session cwd", options.session_cwd), options.session_cwd, false));
-  }
-  if (!options.session_log.empty()) {
-    guards.push_back(make_guard(named("the session log", options.session_log), options.session_log, true));
-  }
-  for (const std::filesystem::path& path : options.protected_paths) {
-    guards.push_back(make_guard(named("the protected path", path), path, true));
-  }
-  return guards;
-}
-
-/// The fence body, with the kernel probe and $TMPDIR passed in so that every branch
-/// (including "no Landlock" and older ABIs) runs in tests on any kernel.
-[[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                                 LandlockProbe probe, const char* tmpdir) {
-  FenceReport report;
-  report.mode = policy.mode;
-  report.abi = probe.abi;
-  if (policy.mode == SandboxMode::danger_full_access) {
-    report.status = FenceStatus::unrestricted;
-    return PreparedFence{std::move(report), UniqueFd{}};
-  }
-  const std::string subject = "Landlock fence for " + std::string(to_string(policy.mode));
-  if (probe.abi <= 0) {
-    const std::string reason = landlock_unavailable_reason(probe.error);
-    if (!options.allow_unfenced) {
-      throw LandlockError(subject + ": " + reason +
-                          "; refusing to run unfenced (set FenceOptions::allow_unfenced to "
-                          "run without the fence)");
-    }
-    report.status = FenceStatus::unfenced;
-    report.notes.push_back("NOT FENCED: " + reason);
-    return PreparedFence{std::move(report), UniqueFd{}};
-  }
-#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
-  report.status = FenceStatus::enforced;
-  report.handled = landlock_write_rights(probe.abi);
-  report.unenforced = landlock_write_rights(std::numeric_limits<int>::max()) & ~report.handled;
-  if (options.deny_tcp) {
-    if (probe.abi < 4) {
-      throw LandlockError(subject +
-                          ": FenceOptions::deny_tcp asks to refuse TCP bind and connect, which needs "
-                          "Landlock ABI 4 (Linux 6.7); this kernel has ABI " +
-                          std::to_string(probe.abi));
-    }
-    report.handled_net = landlock_net_bind_tcp | landlock_net_connect_tcp;
-  }
-  if (probe.abi >= 6) {
-    report.scoped = landlock_scope_signal | landlock_scope_abstract_unix_socket;
-  } else {
-    report.notes.push_back("signals and abstract unix sockets are not scoped: Landlock ABI " +
-                           std::to_string(probe.abi) + " cannot (ABI 6, Linux 6.12, can)");
-  }
-
-  const RulesetAttr attr{report.handled, report.handled_net, report.scoped};
-  UniqueFd ruleset{static_cast<int>(::syscall(sys_landlock_create_ruleset, &attr, ruleset_attr_size(probe.abi), 0U))};
-  if (!ruleset) {
-    const int error = errno;
-    throw LandlockError(subject + ": landlock_create_ruleset failed: " + std::strerror(error));
-  }
-  // Adds one rule and records it; returns "" or, when the anchor cannot be opened, is not of
-  // the expected kind, or (a directory) is no longer the canonical path that was checked,
-  // why (optional grants are then skipped, never widened).
-  const auto grant = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) -> std::string {
-    const UniqueFd anchor{open_rule_anchor(path, directory)};
-    struct stat info {};
-    if (!anchor || ::fstat(anchor.get(), &info) != 0) {
-      const int error = errno;
-      return std::strerror(error);
-    }
-    if (!directory && !S_ISCHR(info.st_mode)) {
-      return "not a character device";
-    }
-    if (directory) {
-      if (const std::optional<std::string> opened = recorded_path(anchor.get()); opened != path.native()) {
-        return "it was replaced while the fence was prepared";
-      }
-    }
-    const PathBeneathAttr rule{rights, anchor.get()};
-    if (::syscall(sys_landlock_add_rule, ruleset.get(), landlock_rule_path_beneath, &rule, 0U) != 0) {
-      const int error = errno;
-      throw LandlockError(subject + ": landlock_add_rule for " + json_string_literal(path.native()) +
-                          " failed: " + std::strerror(error));
-    }
-    report.grants.push_back({path, rights});
-    return {};
-  };
-
-  for (const char* device : {"/dev/null", "/dev/zero", "/dev/full"}) {
-    if (const std::string why = grant(device, false, report.handled & landlock_file_rights()); !why.empty()) {
-      report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
-    }
-  }
-  if (policy.mode == SandboxMode::workspace_write) {
-    const std::filesystem::path& root = policy.workspace_root;
-    const std::uint64_t directory_rights = report.handled & ~landlock_device_node_rights();
-    if (root == root.root_path()) {
-      throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) +
-                          ": it would grant the whole filesystem, including the session log, the workspace entry "
-                          "and the host, which decide later calls");
-    }
-    std::vector<Guard> guards = workspace_guards(policy, options, tmpdir);
-    for (const Guard& guard : guards) {
-      if (const std::string why = exposure(guard, root); !why.empty()) {
-        throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) + ": " +
-                            why);
-      }
-    }
-    if (const std::string why = grant(root, true, directory_rights); !why.empty()) {
-      throw LandlockError(subject + ": cannot open the workspace root " + json_string_literal(root.native()) + ": " +
-                          why);
-    }
-    std::vector<std::filesystem::path> granted{root};
-
-    // Optional directories: each is skipped (never widened) when it is missing, when it
-    // would expose a guard, or when its own path runs through a directory entry this fence
-    // lets the command replace (a later call would then grant wherever the entry points).
-    const auto grant_optional = [&](const std::string& label, const std::filesystem::path& spelled) {
-      Guard self = make_guard(label, spelled, false);
-      const std::filesystem::path& directory = self.canonical;
-      for (const std::filesystem::path& done : granted) {
-        if (is_within(directory, done)) {
-          return; // already writable through `done`
-        }
-      }
-      std::string why;
-      if (directory == directory.root_path()) {
-        why = "a grant of the filesystem root would lift the fence";
-      }
-      for (std::size_t i = 0; i < guards.size() && why.empty(); ++i) {
-        why = exposure(guards[i], directory);
-      }
-      for (const std::filesystem::path& entry : self.entries) {
-        if (why.empty() && (is_within(entry.parent_path(), directory) ||
-                            std::any_of(granted.begin(), granted.end(), [&](const std::filesystem::path& done) {
-                              return is_within(entry.parent_path(), done);
-                            }))) {
-          why = "the command could replace " + json_string_literal(entry.native()) +
-                " on the way to it, and a later call would grant what it then names";
-        }
-      }
-      if (why.empty()) {
-        why = grant(directory, true, directory_rights);
-      }
-      if (!why.empty()) {
-        report.notes.push_back("skipped " + label + ": " + why);
-        return;
-      }
-      granted.push_back(directory);
-      self.what = "the granted directory " + json_string_literal(directory.native());
-      guards.push_back(std::move(self));
-    };
-    for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
-      grant_optional(json_string_literal(canonical_path(area).native()), area);
-    }
-    for (const std::filesystem::path& extra : options.extra_writable) {
-      if (!extra.is_absolute()) {
-        report.notes.push_back("skipped " + json_string_literal(extra.native()) + ": not an absolute path");
-      } else {
-        grant_optional(json_string_literal(extra.native()), extra);
-      }
-    }
-    if (tmpdir != nullptr && *tmpdir != '\0') {
-      const std::string label = "$TMPDIR " + json_string_literal(tmpdir);
-      if (const std::string why = tmpdir_ineligible(tmpdir); !why.empty()) {
-        report.notes.push_back("skipped " + label + ": " + why);
-      } else {
-        grant_optional(label, tmpdir);
-      }
-    }
-  }
-  return PreparedFence{std::move(report), std::move(ruleset)};
-#else
-  (void)tmpdir;
-  throw LandlockError(subject + ": Landlock reported ABI " + std::to_string(probe.abi) +
-                      " but this build has no Landlock support");
-#endif
-}
-
-/// Marks every descriptor above 2 close-on-exec, so that nothing the host opened before the
-/// fence (and which Landlock therefore does not check) reaches the command. Async-signal-safe.
-inline void close_inherited_descriptors_on_exec() noexcept {
-#if defined(__linux__) && defined(SYS_close_range)
-  constexpr unsigned close_range_cloexec = 1U << 2;
-  if (::syscall(SYS_close_range, 3U, ~0U, close_range_cloexec) == 0) {
-    return;
-  }
-#endif
-  const long limit = ::sysconf(_SC_OPEN_MAX);
-  const int last = limit > 0 && limit < 65536 ? static_cast<int>(limit) : 65536;
-  for (int fd = 3; fd < last; ++fd) {
-    const int flags = ::fcntl(fd, F_GETFD);
-    if (flags >= 0) {
-      ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-    }
-  }
-}
-
-/// Closes the descriptors `first`..`last` (inclusive); async-signal-safe.
-inline void close_descriptor_range(int first, int last) noexcept {
-  if (first > last) {
-    return;
-  }
-#if defined(__linux__) && defined(SYS_close_range)
-  if (::syscall(SYS_close_range, static_cast<unsigned>(first), static_cast<unsigned>(last), 0U) == 0) {
-    return;
-  }
-#endif
-  const long limit = ::sysconf(_SC_OPEN_MAX);
-  const int end = std::min(last, limit > 0 && limit < 65536 ? static_cast<int>(limit) - 1 : 65535);
-  for (int fd = first; fd <= end; ++fd) {
-    ::close(fd);
-  }
-}
-
-/// Closes every descriptor except those in `keep` (-1 entries are ignored); async-signal-safe.
-inline void close_all_except(std::array<int, 3> keep) noexcept {
-  std::sort(keep.begin(), keep.end());
-  int from = 0;
-  for (const int fd : keep) {
-    if (fd >= from) {
-      close_descriptor_range(from, fd - 1);
-      from = fd + 1;
-    }
-  }
-  close_descriptor_range(from, std::numeric_limits<int>::max());
-}
-
-} // namespace detail
-
-/// A capability the fence removes from a command that holds it (root, or a host running with
-/// file or ambient capabilities), and why.
-struct FenceCapability {
-  int number;              ///< the CAP_* value of <linux/capability.h>
-  std::string_view name;   ///< as capabilities(7) spells it, in lower case
-  std::string_view reason; ///< what a command could do with it that the Landlock fence does not stop
-};
-
-/// The capabilities a command run in read-only or workspace-write gives up before exec, from
-/// its bounding, effective, permitted, inheritable and ambient sets (danger-full-access keeps
-/// them all). Each reaches past the file fence: devices, the kernel, other processes, the
-/// host's terminal, or machine-wide state that outlives the call. Kept on purpose, because
-/// ordinary commands run as root use them within the fenced file tree: cap_chown,
-/// cap_dac_override, cap_fowner, cap_fsetid, cap_setuid, cap_setgid, cap_net_bind_service,
-/// cap_net_broadcast, cap_net_raw, cap_ipc_lock, cap_sys_chroot, cap_sys_resource,
-/// cap_lease, cap_audit_write, cap_audit_read, cap_wake_alarm, cap_block_suspend.
-inline constexpr std::array<FenceCapability, 24> FENCE_DROPPED_CAPABILITIES{{
-    {2, "cap_dac_read_search", "open_by_handle_at(2) opens a file by handle, without a path"},
-    {5, "cap_kill", "signals processes of every user, outside the command's own tree"},
-    {8, "cap_setpcap", "changes capability sets and the bounding set"},
-    {9, "cap_linux_immutable", "sets the immutable or append-only attribute of any file (the session log)"},
-    {12, "cap_net_admin", "reconfigures the machine's network: interfaces, routes, firewall"},
-    {15, "cap_ipc_owner", "bypasses the permissions of other processes' System V IPC objects"},
-    {16, "cap_sys_module", "loads kernel modules"},
-    {17, "cap_sys_rawio", "raw I/O on ports, memory and block devices"},
-    {19, "cap_sys_ptrace", "traces and reads the memory of any process, the host's included"},
-    {20, "cap_sys_pacct", "makes the kernel write process accounting records to a file"},
-    {21, "cap_sys_admin", "mounts, namespaces, TIOCSTI on any terminal, and much more"},
-    {22, "cap_sys_boot", "reboots the machine or loads a new kernel"},
-    {23, "cap_sys_nice", "real-time priorities that starve the host and the time limit's supervisor"},
-    {25, "cap_sys_time", "sets the clock the session log's timestamps come from"},
-    {26, "cap_sys_tty_config", "hangs up and reconfigures terminals"},
-    {27, "cap_mknod", "creates device nodes, e.g. a second name for the disk"},
-    {30, "cap_audit_control", "changes the kernel's audit rules"},
-    {31, "cap_setfcap", "gives file capabilities to programs it writes"},
-    {32, "cap_mac_override", "overrides mandatory access control"},
-    {33, "cap_mac_admin", "reconfigures mandatory access control"},
-    {34, "cap_syslog", "reads and clears the kernel log"},
-    {38, "cap_perfmon", "monitors the performance of the kernel and other processes"},
-    {39, "cap_bpf", "loads BPF programs into the kernel"},
-    {40, "cap_checkpoint_restore", "checkpoint and restore operations on other processes"},
-}};
-
-/// The capabilities of `FENCE_DROPPED_CAPABILITIES` as a bit mask (bit N is CAP number N).
-[[nodiscard]] constexpr std::uint64_t fence_dropped_capabilities() noexcept {
-  std::uint64_t mask = 0;
-  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
-    mask |= 1ULL << static_cast<unsigned>(capability.number);
-  }
-  return mask;
-}
-
-/// The name of capability `number` in `FENCE_DROPPED_CAPABILITIES`, or "" when it is not there.
-[[nodiscard]] constexpr std::string_view fence_capability_name(int number) noexcept {
-  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
-    if (capability.number == number) {
-      return capability.name;
-    }
-  }
-  return {};
-}
-
-namespace detail {
-
-/// Where a child that could not exec the command stopped.
-enum class ChildStage : int {
-  setup = 0,        ///< session, terminal, directory or descriptors
-  fence = 1,        ///< PreparedFence::apply
-  capabilities = 2, ///< dropping FENCE_DROPPED_CAPABILITIES
-  supervision = 3,  ///< the supervisor could not watch the command's processes
-  exec = 4,         ///< execv itself
-};
-
-/// The failed step of a child before exec: errno, the call (a string literal), the stage and,
-/// for the capability stage, the capability (-1 otherwise). `error` 0 means no failure.
-struct ChildStep {
-  int error = 0;
-  const char* step = "";
-  ChildStage stage = ChildStage::setup;
-  int capability = -1;
-};
-
-#if defined(__linux__)
-/// struct __user_cap_header_struct and __user_cap_data_struct of <linux/capability.h>
-/// (version 3: two data entries, capabilities 0-31 and 32-63).
-struct CapabilityHeader {
-  std::uint32_t version;
-  int pid;
-};
-struct CapabilityData {
-  std::uint32_t effective;
-  std::uint32_t permitted;
-  std::uint32_t inheritable;
-};
-inline constexpr std::uint32_t capability_version_3 = 0x20080522U;
-inline constexpr unsigned cap_setpcap = 8;
-#endif
-
-/// Sets no_new_privs and removes `fence_dropped_capabilities()` from the calling process's
-/// bounding, ambient, effective, permitted and inheritable sets, then checks the three sets it
-/// can read back. Async-signal-safe (raw prctl, capget and capset only). A process without
-/// CAP_SETPCAP cannot lower its bounding set; it holds none of those capabilities either, and
-/// no_new_privs keeps exec from granting any (set-user-ID bits and file capabilities are
-/// ignored), so its bounding set is left as it is. Returns the failed step, or error 0.
-[[nodiscard]] inline ChildStep drop_fence_capabilities() noexcept {
-#if defined(__linux__)
-  constexpr ChildStage stage = ChildStage::capabilities;
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
-    return {errno, "prctl(PR_SET_NO_NEW_PRIVS)", stage, -1};
-  }
-  CapabilityHeader header{capability_version_3, 0};
-  std::array<CapabilityData, 2> sets{};
-  if (::syscall(SYS_capget, &header, sets.data()) != 0) {
-    return {errno, "capget", stage, -1};
-  }
-  constexpr std::uint64_t drop = fence_dropped_capabilities();
-  const auto held = [&sets]() noexcept {
-    std::uint64_t any = 0;
-    for (std::size_t word = 0; word < sets.size(); ++word) {
-      const std::uint64_t bits = sets[word].effective | sets[word].permitted | sets[word].inheritable;
-      any |= bits << (32U * word);
-    }
-    return any;
-  };
-  const bool may_lower_bounding = (sets[0].effective >> cap_setpcap & 1U) != 0;
-  if ((held() & drop) == 0 && !may_lower_bounding) {
-    return {}; // an unprivileged process: nothing held, nothing it may lower
-  }
-  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
-    const auto number = static_cast<unsigned long>(capability.number);
-    // EINVAL: the running kernel does not know this capability (or has no ambient set).
-    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, number, 0UL, 0UL) != 0 && errno != EINVAL) {
-      return {errno, "prctl(PR_CAP_AMBIENT_LOWER)", stage, capability.number};
-    }
-    if (may_lower_bounding && ::prctl(PR_CAPBSET_DROP, number, 0UL, 0UL, 0UL) != 0 && errno != EINVAL) {
-      return {errno, "prctl(PR_CAPBSET_DROP)", stage, capability.number};
-    }
-  }
-  for (std::size_t word = 0; word < sets.size(); ++word) {
-    const auto keep = static_cast<std::uint32_t>(~(drop >> (32U * word)));
-    sets[word].effective &= keep;
-    sets[word].permitted &= keep;
-    sets[word].inheritable &= keep;
-  }
-  header = {capability_version_3, 0};
-  if (::syscall(SYS_capset, &header, sets.data()) != 0) {
-    return {errno, "capset", stage, -1};
-  }
-  header = {capability_version_3, 0};
-  if (::syscall(SYS_capget, &header, sets.data()) != 0) {
-    return {errno, "capget", stage, -1};
-  }
-  if ((held() & drop) != 0) {
-    return {EPERM, "capget (a dropped capability is still held)", stage, -1};
-  }
-  return {};
-#else
-  return {ENOSYS, "capset", ChildStage::capabilities, -1};
-#endif
-}
-
-/// Resets every signal's disposition to the default (the command starts as from a fresh
-/// login, whatever the host ignores or catches); async-signal-safe.
-inline void reset_signal_dispositions() noexcept {
-#if defined(NSIG)
-  constexpr int signal_count = NSIG;
-#else
-  constexpr int signal_count = 65;
-#endif
-  struct sigaction action {};
-  action.sa_handler = SIG_DFL;
-  ::sigemptyset(&action.sa_mask);
-  for (int signal = 1; signal < signal_count; ++signal) {
-    if (signal != SIGKILL && signal != SIGSTOP) {
-      (void)::sigaction(signal, &action, nullptr); // the C library refuses its own reserved signals
-    }
-  }
-}
-
-/// Makes the calling process lead a new session without a controlling terminal, then, when
-/// `terminal` >= 0, makes that terminal its controlling terminal. A process that already
-/// leads its own session (the child of forkpty(3)) keeps it and the terminal it has. Returns
-/// the failed step, or error 0. Async-signal-safe.
-[[nodiscard]] inline ChildStep enter_own_session(int terminal) noexcept {
-  if (::setsid() < 0) {
-    const int error = errno;
-    if (error != EPERM || ::getsid(0) != ::getpid()) {
-      return {error, "setsid", ChildStage::setup, -1};
-    }
-  }
-  if (terminal >= 0 && ::ioctl(terminal, TIOCSCTTY, 0) != 0) {
-    return {errno, "ioctl(TIOCSCTTY)", ChildStage::setup, -1};
-  }
-  return {};
-}
-
-/// Makes descriptors 0, 1 and 2 copies of `sources` (-1: leave it, except descriptor 0 with
-/// `null_stdin`, which then reads /dev/null). A source that is itself 0, 1 or 2 is copied
-/// before any of them is replaced. Returns the failed step, or error 0. Async-signal-safe.
-[[nodiscard]] inline ChildStep install_stdio(std::array<int, 3> sources, bool null_stdin) noexcept {
-  if (sources[0] < 0 && null_stdin) {
-    sources[0] = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (sources[0] < 0) {
-      return {errno, "open(\"/dev/null\")", ChildStage::setup, -1};
-    }
-  }
-  for (std::size_t target = 0; target < sources.size(); ++target) {
-    int& source = sources[target];
-    if (source >= 0 && source <= 2 && source != static_cast<int>(target)) {
-      source = ::fcntl(source, F_DUPFD_CLOEXEC, 3);
-      if (source < 0) {
-        return {errno, "fcntl(F_DUPFD_CLOEXEC)", ChildStage::setup, -1};
-      }
-    }
-  }
-  for (std::size_t target = 0; target < sources.size(); ++target) {
-    const int source = sources[target];
-    const int fd = static_cast<int>(target);
-    if (source < 0) {
-      continue;
-    }
-    if (source == fd ? ::fcntl(fd, F_SETFD, 0) != 0 : ::dup2(source, fd) < 0) {
-      return {errno, "dup2", ChildStage::setup, -1};
-    }
-  }
-  return {};
-}
-
-/// What the supervisor reports to the host over its socket, in fixed-size records.
-struct SupervisorReport {
-  enum Kind : int { none = 0, started = 1, failed = 2, ended = 3 };
-  int kind = none;
-  int stage = 0;               ///< failed: a ChildStage
-  int error = 0;               ///< failed: errno; ended: the exit status
-  int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
-  std::array<char, 48> step{}; ///< failed: the call, truncated
-};
-
-/// How a supervised call ended.
-enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
-
-/// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
-/// (`list`, read from its start) names them. Async-signal-safe.
-inline void kill_listed_children(int list) noexcept {
-  if (::lseek(list, 0, SEEK_SET) != 0) {
-    return;
-  }
-  std::array<char, 512> buffer{};
-  long pid = 0;
-  bool in_number = false;
-  for (;;) {
-    const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(list, buffer.data(), buffer.size()); });
-    if (got <= 0) {
-      break;
-    }
-    for (std::size_t i = 0; i < static_cast<std::size_t>(got); ++i) {
-      const char c = buffer[i];
-      if (c >= '0' && c <= '9') {
-        pid = pid * 10 + (c - '0');
-        in_number = true;
-      } else if (in_number) {
-        ::kill(static_cast<::pid_t>(pid), SIGKILL);
-        pid = 0;
-        in_number = false;
-      }
-    }
-  }
-  if (in_number) {
-    ::kill(static_cast<::pid_t>(pid), SIGKILL);
-  }
-}
-
-/// The calling process's monotonic clock in milliseconds; async-signal-safe.
-[[nodiscard]] inline long long monotonic_ms() noexcept {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<long long>(now.tv_sec) * 1000LL + now.tv_nsec / 1000000L;
-}
-
-/// Writes `size` bytes to `fd` without letting a closed pipe raise SIGPIPE in the calling
-/// process (the signal is blocked in this thread for the write and a SIGPIPE it caused is
-/// consumed); returns false when the write failed.
-[[nodiscard]] inline bool write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
-  sigset_t pipe_only;
-  ::sigemptyset(&pipe_only);
-  ::sigaddset(&pipe_only, SIGPIPE);
-  sigset_t previous;
-  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
-    return false;
-  }
-  sigset_t pending;
-  ::sigemptyset(&pending);
-  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
-  const bool ok = write_all(fd, data, size);
-  if (!ok && errno == EPIPE && !was_pending) {
-    const timespec no_wait{};
-    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
-  }
-  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  return ok;
-}
-
-/// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
-/// the controlling terminal (-1: none), and whether stdin defaults to /dev/null.
-struct StartPlan {
-  std::array<int, 3> stdio{-1, -1, -1};
-  int terminal = -1;
-  bool null_stdin = false;
-};
-
-} // namespace detail
-
-/// Which output stream of a fenced command a relayed chunk comes from.
-enum class CommandStream : std::uint8_t {
-  out = 1, ///< the command's stdout
-  err = 2, ///< the command's stderr
-};
-
-/// Receives a fenced command's output as it arrives, in the host thread that waits for it:
-/// the stream and the bytes (valid only during the call; chunks are not split on lines).
-using OutputSink = std::function<void(CommandStream, std::string_view)>;
 
 class FencedCommand;
 
@@ -1912,3 +1194,7 @@ inline int FencedChild::wait() {
 [[nodiscard]] inline int landlock_abi() noexcept { return detail::probe_landlock().abi; }
 
 } // namespace dsh
+
+// The builder of PreparedFence (declared in <dsh/detail/landlock_kernel.hpp>): it needs the
+// class complete.
+#include <dsh/detail/fence_builder.hpp>

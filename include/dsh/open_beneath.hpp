@@ -8,6 +8,8 @@
 // to an unchecked open.
 #pragma once
 
+#include <dsh/detail/open_checks.hpp>
+#include <dsh/detail/resolve_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/unique_fd.hpp>
 
@@ -27,105 +29,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#if defined(__linux__)
-#include <sys/syscall.h>
-#endif
-
 namespace dsh {
-
-namespace detail {
-
-#if defined(__linux__)
-#if defined(SYS_openat2)
-inline constexpr long sys_openat2 = SYS_openat2;
-#else
-inline constexpr long sys_openat2 = 437; // the same number on every architecture
-#endif
-
-// Values of linux/openat2.h, spelled here so older kernel headers still compile.
-inline constexpr std::uint64_t resolve_no_magiclinks = 0x02;
-inline constexpr std::uint64_t resolve_no_symlinks = 0x04;
-inline constexpr std::uint64_t resolve_beneath = 0x08;
-
-/// The kernel's struct open_how (version 0, 24 bytes).
-struct OpenHow {
-  std::uint64_t flags;
-  std::uint64_t mode;
-  std::uint64_t resolve;
-};
-
-/// openat2(2) with O_CLOEXEC added; returns the descriptor or -1 with errno set. The kernel
-/// may answer EAGAIN when a concurrent rename or mount raced a RESOLVE_BENEATH lookup; the
-/// lookup is then simply repeated.
-[[nodiscard]] inline int openat2_cloexec(int dir_fd, const char* path, int flags, ::mode_t mode,
-                                         std::uint64_t resolve) noexcept {
-  const bool takes_mode = (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE;
-  OpenHow how{static_cast<std::uint64_t>(static_cast<unsigned>(flags | O_CLOEXEC)),
-              takes_mode ? static_cast<std::uint64_t>(mode) : 0U, resolve};
-  constexpr int attempts = 16;
-  long fd = -1;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    fd = ::syscall(sys_openat2, dir_fd, path, &how, sizeof how);
-    if (fd >= 0 || (errno != EAGAIN && errno != EINTR)) {
-      break;
-    }
-  }
-  return static_cast<int>(fd);
-}
-#endif
-
-/// The text every open_beneath error starts with: names the path and the root.
-[[nodiscard]] inline std::string open_beneath_subject(const std::filesystem::path& root,
-                                                      const std::filesystem::path& path) {
-  return "open_beneath(" + json_string_literal(path.native()) + " beneath " + json_string_literal(root.native()) + ")";
-}
-
-[[noreturn]] inline void throw_open_error(int error, const std::string& message) {
-  throw std::system_error(error, std::generic_category(), message);
-}
-
-} // namespace detail
-
-namespace detail {
-
-/// What `try_open_beneath` got: the descriptor, or the errno and whether it was the root
-/// that could not be opened.
-struct BeneathOpen {
-  UniqueFd file;
-  int error = 0;
-  bool root_failed = false;
-};
-
-/// `open_beneath` without the checks of its arguments and without throwing for the open
-/// itself (errno goes to `error`); `relative` is the path relative to `root`, non-empty.
-[[nodiscard]] inline BeneathOpen try_open_beneath(const std::filesystem::path& root,
-                                                  const std::filesystem::path& relative, int flags, ::mode_t mode) {
-  BeneathOpen result;
-#if defined(__linux__)
-  const UniqueFd root_fd{
-      openat2_cloexec(AT_FDCWD, root.c_str(), O_PATH | O_DIRECTORY, 0, resolve_no_symlinks | resolve_no_magiclinks)};
-  if (!root_fd) {
-    result.error = errno;
-    result.root_failed = true;
-    return result;
-  }
-  result.file.reset(
-      openat2_cloexec(root_fd.get(), relative.c_str(), flags, mode, resolve_beneath | resolve_no_magiclinks));
-  if (!result.file) {
-    result.error = errno;
-  }
-#else
-  (void)root;
-  (void)relative;
-  (void)flags;
-  (void)mode;
-  result.error = ENOSYS;
-  result.root_failed = true;
-#endif
-  return result;
-}
-
-} // namespace detail
 
 /// Opens `path` beneath the directory `root`, letting the kernel refuse any escape.
 ///
@@ -178,45 +82,6 @@ struct BeneathOpen {
                                              "refusing to open without it");
 #endif
 }
-
-namespace detail {
-
-/// What a file of type `mode` is, for an error message ("a FIFO", ...); "" for a regular file.
-[[nodiscard]] constexpr const char* non_regular_kind(::mode_t mode) noexcept {
-  if (S_ISREG(mode)) {
-    return "";
-  }
-  if (S_ISFIFO(mode)) {
-    return "a FIFO";
-  }
-  if (S_ISCHR(mode)) {
-    return "a character device";
-  }
-  if (S_ISBLK(mode)) {
-    return "a block device";
-  }
-  if (S_ISSOCK(mode)) {
-    return "a socket";
-  }
-  if (S_ISDIR(mode)) {
-    return "a directory";
-  }
-  return "not a regular file";
-}
-
-/// Throws when `fd` is open but not on a regular file; `subject` names the call and the path.
-inline void require_regular_file(int fd, const std::string& subject) {
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) {
-    detail::throw_open_error(errno, subject + ": fstat failed");
-  }
-  if (const char* kind = non_regular_kind(info.st_mode); *kind != '\0') {
-    detail::throw_open_error(S_ISDIR(info.st_mode) ? EISDIR : EPERM, subject + ": refusing to write to " + kind +
-                                                                         ": only regular files are opened for writing");
-  }
-}
-
-} // namespace detail
 
 /// Opens `path` for writing as `policy` allows, for in-process write and edit tools; only a
 /// regular file is ever opened.

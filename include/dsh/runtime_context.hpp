@@ -7,8 +7,13 @@
 /// the session as a `user/message` only when it differs from the latest snapshot message in
 /// the session's own log. An unchanged request adds nothing, the stable system prompt is never
 /// rewritten, and a restarted host finds "what the model was last told" in the log alone.
+///
+/// The public API comes first, as declarations where it is built on the log scan of
+/// <dsh/detail/snapshot_log.hpp>; their definitions follow that include.
 #pragma once
 
+#include <dsh/detail/chunk_rows.hpp>
+#include <dsh/detail/json_members.hpp>
 #include <dsh/sandbox_policy.hpp>
 
 #include <algorithm>
@@ -113,24 +118,8 @@ enum class SnapshotOutcome : std::uint8_t {
   cleared,  ///< One `user/message` carrying RUNTIME_CONTEXT_CLEARED.
 };
 
-namespace detail {
-
-/// The string table of SnapshotOutcome: the only place its strings are spelled.
-template <> struct EnumTable<SnapshotOutcome> {
-  static constexpr std::string_view what = "a snapshot outcome";
-  static constexpr std::array<EnumEntry<SnapshotOutcome>, 3> entries{{
-      {SnapshotOutcome::nothing, "nothing"},
-      {SnapshotOutcome::snapshot, "snapshot"},
-      {SnapshotOutcome::cleared, "cleared"},
-  }};
-};
-
-} // namespace detail
-
 /// Returns "nothing", "snapshot" or "cleared"; "" for a value outside the enum.
-[[nodiscard]] constexpr std::string_view to_string(SnapshotOutcome outcome) noexcept {
-  return detail::enum_name(outcome);
-}
+[[nodiscard]] constexpr std::string_view to_string(SnapshotOutcome outcome) noexcept;
 
 /// The latest snapshot message of a session's log: what the model was last told.
 struct SnapshotRecord {
@@ -139,149 +128,10 @@ struct SnapshotRecord {
   bool operator==(const SnapshotRecord&) const = default;
 };
 
-namespace detail {
-
-/// Returns the string member `key` of the JSON object `object`, or nullptr.
-[[nodiscard]] inline const std::string* string_member(const nlohmann::json& object, std::string_view key) {
-  if (!object.is_object()) {
-    return nullptr;
-  }
-  const auto found = object.find(key);
-  return found != object.end() && found->is_string() ? &found->get_ref<const std::string&>() : nullptr;
-}
-
-/// Returns the integer member `key` of the JSON object `object`, or nullopt.
-[[nodiscard]] inline std::optional<std::int64_t> integer_member(const nlohmann::json& object, std::string_view key) {
-  if (!object.is_object()) {
-    return std::nullopt;
-  }
-  const auto found = object.find(key);
-  if (found == object.end() || !found->is_number_integer()) {
-    return std::nullopt;
-  }
-  return found->get<std::int64_t>();
-}
-
-/// Returns true if `event` is a `user/message` whose `data.source` names the snapshot plugin
-/// (`kind` "plugin", `plugin` RUNTIME_CONTEXT_PLUGIN; further members of the source are allowed).
-[[nodiscard]] inline bool is_snapshot_message(const nlohmann::json& event) {
-  if (!has_type(event, USER_MESSAGE_EVENT)) {
-    return false;
-  }
-  const auto data = event.find("data");
-  if (data == event.end() || !data->is_object()) {
-    return false;
-  }
-  const auto source = data->find("source");
-  if (source == data->end()) {
-    return false;
-  }
-  const std::string* kind = string_member(*source, "kind");
-  const std::string* plugin = string_member(*source, "plugin");
-  return kind != nullptr && *kind == "plugin" && plugin != nullptr && *plugin == RUNTIME_CONTEXT_PLUGIN;
-}
-
-/// Returns the text of a snapshot message, or nullopt when it is malformed: anything but
-/// `role` "user" and `content` holding exactly one part `{"type":"text","text":<string>}`.
-[[nodiscard]] inline std::optional<std::string> message_text(const nlohmann::json& event) {
-  const nlohmann::json& data = event.at("data");
-  const std::string* role = string_member(data, "role");
-  const auto content = data.find("content");
-  if (role == nullptr || *role != "user" || content == data.end() || !content->is_array() || content->size() != 1) {
-    return std::nullopt;
-  }
-  const nlohmann::json& part = content->front();
-  const std::string* type = string_member(part, "type");
-  const std::string* text = string_member(part, "text");
-  if (type == nullptr || *type != "text" || text == nullptr) {
-    return std::nullopt;
-  }
-  return *text;
-}
-
-/// Returns the seq that follows `event`: `seq + 1` for an event in the envelope, `seq0 +
-/// size(data.dt) + 1` for a packed chunk row (docs/contract.md#the-session-log), nullopt for anything else.
-[[nodiscard]] inline std::optional<std::int64_t> seq_after(const nlohmann::json& event) {
-  if (const auto seq = integer_member(event, "seq")) {
-    return *seq + 1;
-  }
-  const auto seq0 = integer_member(event, "seq0");
-  const auto data = event.is_object() ? event.find("data") : event.end();
-  if (!seq0 || data == event.end() || !data->is_object()) {
-    return std::nullopt;
-  }
-  const auto dt = data->find("dt");
-  if (dt == data->end() || !dt->is_array()) {
-    return std::nullopt;
-  }
-  return *seq0 + static_cast<std::int64_t>(dt->size()) + 1;
-}
-
-/// What one scan of a log finds.
-struct SnapshotScan {
-  std::optional<SnapshotRecord> latest; ///< The latest snapshot message, if any.
-  std::optional<std::int64_t> next_seq; ///< The seq after the last event that has one.
-};
-
-/// Returns the record of a snapshot message.
-[[nodiscard]] inline SnapshotRecord snapshot_record(const nlohmann::json& event) {
-  return SnapshotRecord{message_text(event), integer_member(event, "seq")};
-}
-
-/// Scans a range of events for the latest snapshot message and the next seq. On a
-/// bidirectional range it walks from the end and stops at the latest snapshot, so its cost
-/// is the length of the log after that snapshot; otherwise it walks the whole range.
-template <JsonEventRange R> [[nodiscard]] SnapshotScan scan_snapshots(R&& events) {
-  SnapshotScan scan;
-  walk_to_last(std::forward<R>(events), [&](const nlohmann::json& event, bool newest_first) {
-    if (!newest_first || !scan.next_seq) {
-      if (const auto next = seq_after(event)) {
-        scan.next_seq = next;
-      }
-    }
-    if (is_snapshot_message(event)) {
-      scan.latest = snapshot_record(event);
-    }
-    return scan.latest.has_value();
-  });
-  return scan;
-}
-
-/// Appends the snapshot message carrying `text` with the id `runtime-context-<next_seq>`.
-template <EnvelopeAppendableSession S> void append_snapshot(S& session, std::string_view text, std::int64_t next_seq) {
-  nlohmann::json data{
-      {"id", std::string(RUNTIME_CONTEXT_ID_PREFIX) + std::to_string(next_seq)},
-      {"role", "user"},
-      {"content", nlohmann::json::array({nlohmann::json{{"type", "text"}, {"text", text}}})},
-      {"source", nlohmann::json{{"kind", "plugin"}, {"plugin", RUNTIME_CONTEXT_PLUGIN}}},
-  };
-  session.append(USER_MESSAGE_EVENT, std::move(data), nlohmann::json{{"surfaceOp", "append"}});
-}
-
-/// The shared body of announce and re-announce.
-template <EnvelopeAppendableSession S>
-SnapshotOutcome announce(S& session, std::string_view snapshot_text, bool even_if_unchanged) {
-  const SnapshotScan scan = scan_snapshots(session.events());
-  const bool clearing = snapshot_text.empty();
-  if (clearing && !scan.latest) {
-    return SnapshotOutcome::nothing;
-  }
-  const std::string_view wanted = clearing ? RUNTIME_CONTEXT_CLEARED : snapshot_text;
-  if (!even_if_unchanged && scan.latest && scan.latest->text == wanted) {
-    return SnapshotOutcome::nothing;
-  }
-  append_snapshot(session, wanted, scan.next_seq.value_or(0));
-  return clearing ? SnapshotOutcome::cleared : SnapshotOutcome::snapshot;
-}
-
-} // namespace detail
-
 /// Returns the latest snapshot message of `session`'s log (found in the log itself, scanning
 /// backwards on a bidirectional range), or nullopt when the log holds none. Throws what
 /// iterating `session.events()` throws.
-template <SessionLike S> [[nodiscard]] std::optional<SnapshotRecord> latest_runtime_context(const S& session) {
-  return detail::scan_snapshots(session.events()).latest;
-}
+template <SessionLike S> [[nodiscard]] std::optional<SnapshotRecord> latest_runtime_context(const S& session);
 
 /// Brings the model up to date before a request. Appends one `user/message` event
 /// `{"id":"runtime-context-<seq>","role":"user","content":[{"type":"text","text":<text>}],
@@ -294,14 +144,35 @@ template <SessionLike S> [[nodiscard]] std::optional<SnapshotRecord> latest_runt
 /// what `session.events()` and `session.append` throw; a failed append leaves what the
 /// session guarantees (both `dsh::Session` and `dsh::SessionLog` leave the log unchanged).
 template <EnvelopeAppendableSession S>
-SnapshotOutcome announce_runtime_context(S& session, std::string_view snapshot_text) {
-  return detail::announce(session, snapshot_text, false);
-}
+SnapshotOutcome announce_runtime_context(S& session, std::string_view snapshot_text);
 
 /// Like `announce_runtime_context`, but appends even when the log's latest snapshot has the
 /// same text: for a host whose own history no longer holds that message (after compaction,
 /// say). With an empty `snapshot_text` it appends RUNTIME_CONTEXT_CLEARED when the log holds
 /// any earlier snapshot, and nothing otherwise.
+template <EnvelopeAppendableSession S>
+SnapshotOutcome reannounce_runtime_context(S& session, std::string_view snapshot_text);
+
+} // namespace dsh
+
+// The log scan the functions declared above are built on; it uses the types above.
+#include <dsh/detail/snapshot_log.hpp>
+
+namespace dsh {
+
+// The definitions of the functions declared above.
+
+constexpr std::string_view to_string(SnapshotOutcome outcome) noexcept { return detail::enum_name(outcome); }
+
+template <SessionLike S> std::optional<SnapshotRecord> latest_runtime_context(const S& session) {
+  return detail::scan_snapshots(session.events()).latest;
+}
+
+template <EnvelopeAppendableSession S>
+SnapshotOutcome announce_runtime_context(S& session, std::string_view snapshot_text) {
+  return detail::announce(session, snapshot_text, false);
+}
+
 template <EnvelopeAppendableSession S>
 SnapshotOutcome reannounce_runtime_context(S& session, std::string_view snapshot_text) {
   return detail::announce(session, snapshot_text, true);

@@ -5,12 +5,20 @@
 /// workspace root; keeps the registry of enforced and escalatable families; and renders
 /// the exact `sandbox:policy` text the model is shown. The per-session override is a
 /// `sandbox/mode` event in the session's own log. The contract: docs/contract.md.
+///
+/// The header reads in the order a user meets the API: the errors; the vocabulary; sessions
+/// and the fold `effective_mode`; the configuration and `PolicyOwner`; the registry and its
+/// `Disposer`; the model text. The internals are in <dsh/detail/>, one file per concept.
 #pragma once
 
 #include <dsh/detail/canonical.hpp>
 #include <dsh/detail/enum_table.hpp>
+#include <dsh/detail/epoch_time.hpp>
+#include <dsh/detail/expectation.hpp>
+#include <dsh/detail/json_members.hpp>
 #include <dsh/detail/json_text.hpp>
 #include <dsh/detail/last_event.hpp>
+#include <dsh/detail/session_concepts.hpp>
 #include <dsh/version.hpp>
 
 #include <algorithm>
@@ -87,83 +95,15 @@ enum class ModeSource : std::uint8_t { approved, session, deployment };
 /// Which input decided a resolved workspace root.
 enum class RootSource : std::uint8_t { session, deployment };
 
-namespace detail {
+/// The `type` of the event that switches a session's sandbox mode.
+inline constexpr std::string_view SANDBOX_MODE_EVENT = "sandbox/mode";
 
-template <> struct EnumTable<SandboxMode> {
-  static constexpr std::string_view what = "a sandbox mode";
-  static constexpr std::array<EnumEntry<SandboxMode>, 3> entries{{
-      {SandboxMode::read_only, "read-only"},
-      {SandboxMode::workspace_write, "workspace-write"},
-      {SandboxMode::danger_full_access, "danger-full-access"},
-  }};
-};
+} // namespace dsh
 
-template <> struct EnumTable<Family> {
-  static constexpr std::string_view what = "a family";
-  static constexpr std::array<EnumEntry<Family>, 3> entries{{
-      {Family::filesystem, "filesystem"},
-      {Family::bash, "bash"},
-      {Family::terminal, "terminal"},
-  }};
-};
+// The string tables of the enums above: the constants and conversions below read them.
+#include <dsh/detail/vocabulary.hpp>
 
-template <> struct EnumTable<ModeSource> {
-  static constexpr std::string_view what = "a mode source";
-  static constexpr std::array<EnumEntry<ModeSource>, 3> entries{{
-      {ModeSource::approved, "approved"},
-      {ModeSource::session, "session"},
-      {ModeSource::deployment, "deployment"},
-  }};
-};
-
-template <> struct EnumTable<RootSource> {
-  static constexpr std::string_view what = "a root source";
-  static constexpr std::array<EnumEntry<RootSource>, 2> entries{{
-      {RootSource::session, "session"},
-      {RootSource::deployment, "deployment"},
-  }};
-};
-
-/// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
-[[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
-                                                     const nlohmann::json& found) {
-  std::string message;
-  message.append(context).append(": expected ").append(expected).append("; found ").append(compact_json(found));
-  return message;
-}
-
-/// Returns the vocabulary of an enum for error messages: `a sandbox mode ("read-only", ...)`.
-template <TabledEnum E> [[nodiscard]] std::string enum_vocabulary() {
-  std::string text{EnumTable<E>::what};
-  text += " (";
-  bool first = true;
-  for (const auto& entry : EnumTable<E>::entries) {
-    text.append(first ? "\"" : ", \"").append(entry.name).append("\"");
-    first = false;
-  }
-  text += ")";
-  return text;
-}
-
-/// Returns the enum value named by the JSON string `value`; throws ConfigError naming
-/// `context`, the vocabulary and `value` when it is not a string of the vocabulary.
-template <TabledEnum E> [[nodiscard]] E enum_from_json(const nlohmann::json& value, std::string_view context) {
-  if (value.is_string()) {
-    if (auto parsed = enum_parse<E>(value.get_ref<const std::string&>())) {
-      return *parsed;
-    }
-  }
-  throw ConfigError(expectation_message(context, enum_vocabulary<E>(), value));
-}
-
-/// Exactly `nlohmann::json`. The `to_json`/`from_json` overloads are templates constrained to
-/// it rather than plain functions so that a translation unit that never converts does not
-/// instantiate the nlohmann machinery they use; the constraint keeps them to the one type the
-/// plain functions took.
-template <class J>
-concept ExactlyJson = std::same_as<J, nlohmann::json>;
-
-} // namespace detail
+namespace dsh {
 
 /// Every sandbox mode, from narrowest to widest.
 inline constexpr std::array<SandboxMode, 3> SANDBOX_MODES = detail::enum_values<SandboxMode>();
@@ -188,33 +128,19 @@ inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
   return detail::enum_parse<Family>(text);
 }
 
-namespace detail {
-
-/// Returns the breadth of `mode`: its position in SANDBOX_MODES (0 is the narrowest), or
-/// SANDBOX_MODES.size() for a value outside the enum.
-[[nodiscard]] constexpr std::size_t mode_rank(SandboxMode mode) noexcept {
-  std::size_t rank = 0;
-  while (rank < SANDBOX_MODES.size() && SANDBOX_MODES[rank] != mode) {
-    ++rank;
-  }
-  return rank;
-}
-
-} // namespace detail
-
 /// Returns true if `mode` lets a call modify strictly more than `than` (read-only <
 /// workspace-write < danger-full-access); false when they are equal, when `mode` is narrower,
 /// and when either is a value outside the enum.
 [[nodiscard]] constexpr bool is_strictly_wider(SandboxMode mode, SandboxMode than) noexcept {
-  const std::size_t rank = detail::mode_rank(mode);
-  const std::size_t than_rank = detail::mode_rank(than);
+  const std::size_t rank = detail::enum_index(mode);
+  const std::size_t than_rank = detail::enum_index(than);
   return rank < SANDBOX_MODES.size() && than_rank < rank;
 }
 
 /// Returns the modes strictly wider than `mode`, narrowest first: a view of SANDBOX_MODES
 /// (static storage). Empty for danger-full-access and for a value outside the enum.
 [[nodiscard]] constexpr std::span<const SandboxMode> wider_modes(SandboxMode mode) noexcept {
-  const std::size_t rank = detail::mode_rank(mode);
+  const std::size_t rank = detail::enum_index(mode);
   return rank < SANDBOX_MODES.size() ? std::span<const SandboxMode>(SANDBOX_MODES).subspan(rank + 1)
                                      : std::span<const SandboxMode>();
 }
@@ -333,12 +259,20 @@ template <detail::ExactlyJson J> void to_json(J& json, FamilySet families) {
   }
 }
 
+} // namespace dsh
+
+// The internals the rest of this header is built on; they use the vocabulary above.
+#include <dsh/detail/approval_refusal.hpp>
+#include <dsh/detail/config_checks.hpp>
+#include <dsh/detail/event_rules.hpp>
+#include <dsh/detail/policy_text.hpp>
+#include <dsh/detail/registry.hpp>
+
+namespace dsh {
+
 // ---------------------------------------------------------------------------------------------
 // Sessions and the sandbox/mode event
 // ---------------------------------------------------------------------------------------------
-
-/// The `type` of the event that switches a session's sandbox mode.
-inline constexpr std::string_view SANDBOX_MODE_EVENT = "sandbox/mode";
 
 /// The immutable header of a session, written once at creation.
 struct SessionHeader {
@@ -347,28 +281,6 @@ struct SessionHeader {
   std::int64_t created_at = 0;    ///< Creation time, epoch milliseconds.
   bool operator==(const SessionHeader&) const = default;
 };
-
-// The parts of the session concepts below, named so that clang-format 14 lays those out
-// legibly: it reads `&& std::convertible_to<..., const T&>` as comparisons, and indents a
-// requires-expression that follows `&&` on its own line less than that line.
-namespace detail {
-
-/// A constant reference to one JSON event.
-using JsonEventRef = const nlohmann::json&;
-
-/// A range of events whose elements bind to `const nlohmann::json&`.
-template <class R>
-concept JsonEventRange =
-    std::ranges::input_range<R> && std::convertible_to<std::ranges::range_reference_t<R>, JsonEventRef>;
-
-/// A session with `append(type, data, envelope)`.
-template <class S>
-concept EnvelopeAppendable = requires(S& session, std::string_view type, nlohmann::json data,
-                                      const nlohmann::json& envelope) {
-  session.append(type, std::move(data), envelope);
-};
-
-} // namespace detail
 
 /// A session the library can read: `header()` and a range of JSON events.
 template <class S>
@@ -393,108 +305,17 @@ template <class S>
 concept HasSandboxModeOverride = requires(const S& session) {
   { session.sandbox_mode_override() } -> std::convertible_to<std::optional<SandboxMode>>;
 };
-
-namespace detail {
-
-/// Returns true if `event` is a JSON object whose `type` is the string `type`.
-[[nodiscard]] inline bool has_type(const nlohmann::json& event, std::string_view type) {
-  if (!event.is_object()) {
-    return false;
-  }
-  const auto found = event.find("type");
-  return found != event.end() && found->is_string() && found->get_ref<const std::string&>() == type;
-}
-
-/// Returns `data.mode` of an event, or nullptr when the event has no such member.
-[[nodiscard]] inline const nlohmann::json* mode_member(const nlohmann::json& event) {
-  const auto data = event.find("data");
-  if (data == event.end() || !data->is_object()) {
-    return nullptr;
-  }
-  const auto mode = data->find("mode");
-  return mode == data->end() ? nullptr : &*mode;
-}
-
-/// Returns the current wall-clock time in epoch milliseconds, the `time` of new events.
-[[nodiscard]] inline std::int64_t now_epoch_ms() noexcept {
-  // <ctime> rather than <chrono>: C++20's <chrono> (calendars, time zones) is a sizeable parse
-  // for every includer, for this one call.
-  std::timespec now{};
-  std::timespec_get(&now, TIME_UTC);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000 + now.tv_nsec / 1'000'000;
-}
-
-} // namespace detail
-
 /// Checks the invariant of docs/contract.md#the-invariant on one event.
 /// Returns nullopt if the event is valid (every event that is not a `sandbox/mode` object is);
 /// otherwise the exact failure text: `sandbox/mode carries no mode` or
 /// `sandbox/mode carries unknown mode <value as JavaScript's JSON.stringify writes it>`.
 [[nodiscard]] inline std::optional<std::string> validate_event(const nlohmann::json& event) {
-  if (!detail::has_type(event, SANDBOX_MODE_EVENT)) {
-    return std::nullopt;
-  }
-  const nlohmann::json* mode = detail::mode_member(event);
-  if (mode == nullptr) {
-    return std::string("sandbox/mode carries no mode");
-  }
-  if (mode->is_string() && parse_sandbox_mode(mode->get_ref<const std::string&>())) {
-    return std::nullopt;
-  }
-  return "sandbox/mode carries unknown mode " + detail::compact_json(*mode);
+  return detail::mode_event_failure(event);
 }
 
 /// Checks the invariant of docs/contract.md#the-invariant; throws InvariantViolation with `validate_event`'s text
 /// when the event is forged.
-inline void check_event(const nlohmann::json& event) {
-  if (auto failure = validate_event(event)) {
-    throw InvariantViolation(*failure);
-  }
-}
-
-namespace detail {
-
-/// Returns the mode a valid `sandbox/mode` event switches to, nullopt for any other event;
-/// throws InvariantViolation for a forged `sandbox/mode` event.
-[[nodiscard]] inline std::optional<SandboxMode> switched_mode(const nlohmann::json& event) {
-  if (!has_type(event, SANDBOX_MODE_EVENT)) {
-    return std::nullopt;
-  }
-  check_event(event);
-  return parse_sandbox_mode(mode_member(event)->get_ref<const std::string&>());
-}
-
-/// Throws ConfigError unless `envelope` (extra top-level members of an event, such as
-/// `"surfaceOp":"append"`) is an object naming none of type, seq, time and data.
-inline void check_envelope(const nlohmann::json& envelope) {
-  if (!envelope.is_object()) {
-    throw ConfigError(expectation_message("event envelope", "a JSON object", envelope));
-  }
-  // The object's own map rather than items(): items() costs every includer an instantiation of
-  // nlohmann's iteration proxy.
-  for (const auto& [key, value] : envelope.get_ref<const nlohmann::json::object_t&>()) {
-    if (key == "type" || key == "seq" || key == "time" || key == "data") {
-      throw ConfigError(expectation_message("event envelope", "no member named type, seq, time or data", key));
-    }
-  }
-}
-
-/// Returns the DSH envelope `{"type","seq","time":<now>,"data"}` plus the members of
-/// `envelope`; throws ConfigError when `check_envelope` refuses `envelope`.
-[[nodiscard]] inline nlohmann::json make_event(std::string_view type, std::uint64_t seq, nlohmann::json data,
-                                               const nlohmann::json& envelope) {
-  check_envelope(envelope);
-  // Member by member rather than an initializer list and update(): the same object (the keys
-  // are distinct), for fewer nlohmann instantiations in every includer.
-  nlohmann::json event = envelope;
-  event["type"] = type;
-  event["seq"] = seq;
-  event["time"] = now_epoch_ms();
-  event["data"] = std::move(data);
-  return event;
-}
-
-} // namespace detail
+inline void check_event(const nlohmann::json& event) { detail::require_valid_event(event); }
 
 /// Folds a range of events with a projection (`event -> std::optional<SandboxMode>`).
 /// Returns the last non-empty projection, or nullopt when there is none. On a bidirectional
@@ -580,8 +401,6 @@ private:
 // Canonicalization
 // ---------------------------------------------------------------------------------------------
 
-namespace detail {} // namespace detail
-
 /// Canonicalizes a path as docs/contract.md#canonicalization says: absolute against the process working directory;
 /// the physical identity (symbolic links followed, then each `..` taken physically) of the
 /// longest prefix that exists; the rest normalized lexically; no trailing separator except
@@ -596,50 +415,8 @@ namespace detail {} // namespace detail
 }
 
 // ---------------------------------------------------------------------------------------------
-// Configuration and the resolved policy
+// Configuration and the owner
 // ---------------------------------------------------------------------------------------------
-
-namespace detail {
-
-/// Throws ConfigError unless `root` is a usable workspace root: non-empty, no NUL character.
-inline void require_valid_root(const std::filesystem::path& root) {
-  const std::string& text = root.native();
-  if (text.empty() || text.find('\0') != std::string::npos) {
-    throw ConfigError(
-        expectation_message("PolicyConfig key \"workspaceRoot\"", "a non-empty path without NUL characters", text));
-  }
-}
-
-/// Throws ConfigError unless `label` is non-empty UTF-8 and holds no control character and no `"`.
-inline void require_valid_label(std::string_view label) {
-  const bool bad_character = std::ranges::any_of(label, [](char c) {
-    const auto byte = static_cast<unsigned char>(c);
-    return byte < 0x20 || byte == 0x7F || c == '"';
-  });
-  if (label.empty() || bad_character || !is_utf8(label)) {
-    throw ConfigError(expectation_message("PolicyConfig key \"hostLabel\"",
-                                          "a non-empty UTF-8 string without control characters or '\"'",
-                                          std::string(label)));
-  }
-}
-
-/// Throws ConfigError unless `mode` is one of the three modes.
-inline void require_valid_mode(SandboxMode mode) {
-  if (to_string(mode).empty()) {
-    throw ConfigError(
-        expectation_message("PolicyConfig key \"mode\"", enum_vocabulary<SandboxMode>(), static_cast<int>(mode)));
-  }
-}
-
-/// Returns the string value of a configuration key; throws ConfigError if it is not a string.
-[[nodiscard]] inline const std::string& config_string(const nlohmann::json& value, std::string_view key) {
-  if (!value.is_string()) {
-    throw ConfigError(expectation_message("PolicyConfig key \"" + std::string(key) + "\"", "a string", value));
-  }
-  return value.get_ref<const std::string&>();
-}
-
-} // namespace detail
 
 /// The deployment configuration of a `PolicyOwner`.
 struct PolicyConfig {
@@ -674,23 +451,6 @@ struct PolicyConfig {
   }
 };
 
-namespace detail {
-
-/// Returns true if canonical `path` is `root` or lies beneath it by whole components.
-[[nodiscard]] inline bool is_within(const std::filesystem::path& path, const std::filesystem::path& root) noexcept {
-  const std::string& p = path.native();
-  const std::string& r = root.native();
-  if (r.empty() || r.front() != '/') {
-    return false; // a root that is not absolute contains nothing: fail closed
-  }
-  if (r == "/") {
-    return !p.empty() && p.front() == '/';
-  }
-  return p.starts_with(r) && (p.size() == r.size() || p[r.size()] == '/');
-}
-
-} // namespace detail
-
 /// The complete policy of one call: what every enforcement backend consumes.
 struct ResolvedPolicy {
   SandboxMode mode = SandboxMode::read_only;       ///< The mode in force for this call.
@@ -722,52 +482,6 @@ struct ResolvedPolicy {
   }
 };
 
-// ---------------------------------------------------------------------------------------------
-// The model text
-// ---------------------------------------------------------------------------------------------
-
-/// The name of the context contribution this library renders.
-inline constexpr std::string_view SANDBOX_POLICY_CONTEXT = "sandbox:policy";
-
-namespace detail {
-
-/// How the model text names each family, indexed by the family's value.
-inline constexpr std::array<std::string_view, 3> FAMILY_LABELS{"the write and edit tools", "one-shot bash commands",
-                                                               "terminal sessions"};
-static_assert(FAMILY_LABELS.size() == FAMILIES.size());
-
-/// Appends the labels of `families` joined as `A`, `A and B` or `A, B, and C` (with
-/// `conjunction` in place of "and"), the first letter upper-cased when `sentence_start`.
-inline void append_family_list(std::string& out, FamilySet families, std::string_view conjunction,
-                               bool sentence_start) {
-  const std::size_t count = families.size();
-  const std::size_t first = out.size();
-  std::size_t index = 0;
-  for (Family family : families) {
-    if (index > 0) {
-      out += count > 2 ? ", " : " ";
-      if (index + 1 == count) {
-        out.append(conjunction).append(" ");
-      }
-    }
-    out += FAMILY_LABELS[static_cast<std::size_t>(family)];
-    ++index;
-  }
-  if (sentence_start && out.size() > first && out[first] >= 'a' && out[first] <= 'z') {
-    out[first] = static_cast<char>(out[first] - 'a' + 'A');
-  }
-}
-
-} // namespace detail
-
-/// Returns `text` as a JSON string literal (see the model text's `{root}`).
-[[nodiscard]] inline std::string json_string_literal(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  detail::append_json_string(out, text);
-  return out;
-}
-
 /// Stores the policy as `{"mode","workspaceRoot","modeSource","rootSource"}`; a root that is
 /// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
 template <detail::ExactlyJson J> void to_json(J& json, const ResolvedPolicy& policy) {
@@ -777,266 +491,8 @@ template <detail::ExactlyJson J> void to_json(J& json, const ResolvedPolicy& pol
            {"rootSource", policy.root_source}};
 }
 
-namespace detail {
-
-/// The one builder of the `sandbox:policy` text (see `render_policy_context`), from the only
-/// parts of a policy the text depends on: the mode and the root's native bytes.
-[[nodiscard]] inline std::string render_policy_text(SandboxMode mode, std::string_view root, FamilySet enforced,
-                                                    FamilySet escalatable, std::string_view host_label) {
-  if (enforced.empty()) {
-    return {};
-  }
-  escalatable = escalatable & enforced;
-  std::string text;
-  text.reserve(400 + 2 * host_label.size() + root.size());
-  text.append("Current ").append(host_label).append(" file policy: ").append(to_string(mode)).append(". ");
-  switch (mode) {
-  case SandboxMode::read_only:
-    append_family_list(text, enforced, "and", true);
-    text += " cannot modify files in the standing mode.";
-    if (!escalatable.empty()) {
-      text += " For ";
-      append_family_list(text, escalatable, "and", false);
-      text += ", do not refuse a required modification from this standing mode alone: attempt it normally and "
-              "follow the tool's denial and escalation guidance.";
-    }
-    break;
-  case SandboxMode::workspace_write:
-    append_family_list(text, enforced, "and", true);
-    text += " may modify files under the session workspace: ";
-    append_json_string(text, root);
-    text += ". Some platform temporary areas may also be writable.";
-    break;
-  case SandboxMode::danger_full_access:
-    text.append("The ").append(host_label).append(" file sandbox does not restrict ");
-    append_family_list(text, enforced, "or", false);
-    text += ".";
-    break;
-  }
-  return text;
-}
-
-} // namespace detail
-
-/// Renders the `sandbox:policy` text of docs/contract.md#the-model-text, byte for byte. Returns "" when `enforced`
-/// is empty; otherwise one line without a trailing newline. Only families both enforced and
-/// in `escalatable` are named as escalatable, and only in read-only. The text depends only
-/// on the mode, the families, `host_label` and the root.
-[[nodiscard]] inline std::string render_policy_context(const ResolvedPolicy& policy, FamilySet enforced,
-                                                       FamilySet escalatable, std::string_view host_label = "DSH") {
-  return detail::render_policy_text(policy.mode, policy.workspace_root.native(), enforced, escalatable, host_label);
-}
-
-// ---------------------------------------------------------------------------------------------
-// The owner and its registry
-// ---------------------------------------------------------------------------------------------
-
-namespace detail {
-
-/// Appends the name of `value`, or `a family outside the vocabulary (7)` (with the enum's own
-/// `what`) for a value outside the enum.
-template <TabledEnum E> void append_enum_label(std::string& out, E value) {
-  const std::string_view name = enum_name(value);
-  if (name.empty()) {
-    out.append(EnumTable<E>::what).append(" outside the vocabulary (");
-    out.append(std::to_string(static_cast<int>(value))).append(")");
-  } else {
-    out.append(name);
-  }
-}
-
-/// The one text of a refused sandbox escalation (see `PolicyOwner::validateApproval`): either
-/// `sandbox escalation to <approved> is not offered for <family>: that family is not both
-/// enforced and escalatable` (when `offered` is false), or `sandbox escalation to <approved> is
-/// not strictly wider than this call's current <current> mode; ` followed by `approve one of:
-/// <the wider modes, comma-separated>` or, in the widest mode, `no mode is wider, so the call
-/// needs no approval`.
-[[nodiscard]] inline std::string escalation_refusal(SandboxMode approved, SandboxMode current, Family family,
-                                                    bool offered) {
-  std::string text = "sandbox escalation to ";
-  append_enum_label(text, approved);
-  if (!offered) {
-    text += " is not offered for ";
-    append_enum_label(text, family);
-    text += ": that family is not both enforced and escalatable";
-    return text;
-  }
-  text += " is not strictly wider than this call's current ";
-  append_enum_label(text, current);
-  text += " mode; ";
-  const std::span<const SandboxMode> wider = wider_modes(current);
-  if (wider.empty()) {
-    text += "no mode is wider, so the call needs no approval";
-    return text;
-  }
-  text += "approve one of: ";
-  const char* separator = "";
-  for (const SandboxMode mode : wider) {
-    text.append(std::exchange(separator, ", ")).append(to_string(mode));
-  }
-  return text;
-}
-
-/// What a `Disposer` takes back.
-enum class Contribution : std::uint8_t { enforced, escalatable, listener };
-
-/// The thread-safe registry of family contributions and change listeners of one owner.
-class Registry {
-public:
-  /// Counts one more contribution of `kind` for `family`, then notifies the listeners.
-  void add(Contribution kind, Family family) {
-    {
-      const std::lock_guard lock(mutex_);
-      ++counter(kind, family);
-    }
-    notify();
-  }
-
-  /// Takes one contribution back, then notifies the listeners.
-  void remove(Contribution kind, Family family) noexcept {
-    {
-      const std::lock_guard lock(mutex_);
-      --counter(kind, family);
-    }
-    notify();
-  }
-
-  /// Adds a listener; returns its id.
-  std::uint64_t add_listener(std::function<void()> listener) {
-    const std::lock_guard lock(mutex_);
-    auto next = std::make_shared<ListenerList>(listeners_ ? *listeners_ : ListenerList{});
-    next->emplace_back(next_listener_id_, std::move(listener));
-    listeners_ = std::move(next);
-    return next_listener_id_++;
-  }
-
-  /// Removes the listener `id`. Copying the list can fail only for lack of memory, and then
-  /// the listener stays: removal must not throw, because it runs in destructors.
-  void remove_listener(std::uint64_t id) noexcept {
-    const std::lock_guard lock(mutex_);
-    if (!listeners_) {
-      return;
-    }
-    try {
-      auto next = std::make_shared<ListenerList>();
-      next->reserve(listeners_->size());
-      for (const auto& entry : *listeners_) {
-        if (entry.first != id) {
-          next->push_back(entry);
-        }
-      }
-      listeners_ = next->empty() ? nullptr : std::move(next);
-    } catch (...) { // NOLINT(bugprone-empty-catch): see the brief above
-    }
-  }
-
-  /// Returns the enforced families and the families both enforced and escalatable, read together.
-  [[nodiscard]] std::pair<FamilySet, FamilySet> families() const {
-    FamilySet enforced;
-    FamilySet escalatable;
-    const std::lock_guard lock(mutex_);
-    for (Family family : FAMILIES) {
-      const auto index = static_cast<std::size_t>(family);
-      if (enforced_[index] > 0) {
-        enforced.insert(family);
-        if (escalatable_[index] > 0) {
-          escalatable.insert(family);
-        }
-      }
-    }
-    return {enforced, escalatable};
-  }
-
-private:
-  using ListenerList = std::vector<std::pair<std::uint64_t, std::function<void()>>>;
-
-  std::size_t& counter(Contribution kind, Family family) noexcept {
-    auto& counts = kind == Contribution::enforced ? enforced_ : escalatable_;
-    return counts[static_cast<std::size_t>(family)];
-  }
-
-  // Listeners run outside the lock so that they may call back into the owner; the list is
-  // copy-on-write, so taking it costs no allocation.
-  void notify() noexcept {
-    std::shared_ptr<const ListenerList> listeners;
-    {
-      const std::lock_guard lock(mutex_);
-      listeners = listeners_;
-    }
-    if (listeners) {
-      for (const auto& entry : *listeners) {
-        entry.second();
-      }
-    }
-  }
-
-  mutable std::mutex mutex_;
-  std::array<std::size_t, 3> enforced_{};
-  std::array<std::size_t, 3> escalatable_{};
-  std::shared_ptr<const ListenerList> listeners_;
-  std::uint64_t next_listener_id_ = 0;
-};
-
-} // namespace detail
-
-/// Takes back one registration when disposed or destroyed. Move-only; `dispose()` is
-/// idempotent; disposing after the owner is gone does nothing.
-class Disposer {
-public:
-  /// An inactive disposer.
-  Disposer() noexcept = default;
-  Disposer(const Disposer&) = delete;
-  Disposer& operator=(const Disposer&) = delete;
-  /// Takes over `other`'s registration; `other` becomes inactive.
-  Disposer(Disposer&& other) noexcept
-      : registry_(std::move(other.registry_)), kind_(other.kind_), family_(other.family_),
-        listener_id_(other.listener_id_), active_(std::exchange(other.active_, false)) {}
-  /// Disposes this registration, then takes over `other`'s.
-  Disposer& operator=(Disposer&& other) noexcept {
-    if (this != &other) {
-      dispose();
-      registry_ = std::move(other.registry_);
-      kind_ = other.kind_;
-      family_ = other.family_;
-      listener_id_ = other.listener_id_;
-      active_ = std::exchange(other.active_, false);
-    }
-    return *this;
-  }
-  /// Disposes.
-  ~Disposer() { dispose(); }
-
-  /// Takes the registration back (the listeners of the owner run before it returns, and must
-  /// not throw: this function is noexcept). Does nothing if inactive or the owner is gone.
-  void dispose() noexcept {
-    if (!std::exchange(active_, false)) {
-      return;
-    }
-    if (const auto registry = registry_.lock()) {
-      if (kind_ == detail::Contribution::listener) {
-        registry->remove_listener(listener_id_);
-      } else {
-        registry->remove(kind_, family_);
-      }
-    }
-    registry_.reset();
-  }
-
-  /// Returns true until disposed or moved from.
-  [[nodiscard]] bool active() const noexcept { return active_; }
-
-private:
-  friend class PolicyOwner;
-  Disposer(std::weak_ptr<detail::Registry> registry, detail::Contribution kind, Family family,
-           std::uint64_t listener_id) noexcept
-      : registry_(std::move(registry)), kind_(kind), family_(family), listener_id_(listener_id), active_(true) {}
-
-  std::weak_ptr<detail::Registry> registry_;
-  detail::Contribution kind_ = detail::Contribution::enforced;
-  Family family_ = Family::filesystem;
-  std::uint64_t listener_id_ = 0;
-  bool active_ = false;
-};
+/// Takes back one registration; defined with the registry below.
+class Disposer;
 
 /// The single owner of the sandbox policy: deployment default, fallback root, resolution,
 /// the family registry and the model text. Every member function is safe to call from any
@@ -1089,11 +545,9 @@ public:
 
   /// Registers one contribution enforcing `family`; the family stays enforced until the last
   /// of its contributions is disposed. Listeners run before this returns.
-  [[nodiscard]] Disposer registerEnforcedFamily(Family family) { return add(detail::Contribution::enforced, family); }
+  [[nodiscard]] Disposer registerEnforcedFamily(Family family);
   /// Registers one contribution offering escalation for `family` (effective while it is enforced).
-  [[nodiscard]] Disposer registerEscalatableFamily(Family family) {
-    return add(detail::Contribution::escalatable, family);
-  }
+  [[nodiscard]] Disposer registerEscalatableFamily(Family family);
 
   /// Returns the families with at least one live enforced contribution.
   [[nodiscard]] FamilySet enforcedFamilies() const { return registry_->families().first; }
@@ -1158,13 +612,7 @@ public:
   /// Calls `listener` after every registration and disposal of a family contribution, on the
   /// thread that made it, outside any lock. A listener must not throw. Dispose the returned
   /// `Disposer` to stop.
-  [[nodiscard]] Disposer onChange(std::function<void()> listener) {
-    if (!listener) {
-      throw ConfigError("PolicyOwner::onChange: expected a callable listener; found an empty std::function");
-    }
-    const std::uint64_t id = registry_->add_listener(std::move(listener));
-    return Disposer(registry_, detail::Contribution::listener, Family::filesystem, id);
-  }
+  [[nodiscard]] Disposer onChange(std::function<void()> listener);
 
 private:
   [[nodiscard]] static std::filesystem::path canonical_root(const std::optional<std::filesystem::path>& root) {
@@ -1214,19 +662,124 @@ private:
     }
   }
 
-  [[nodiscard]] Disposer add(detail::Contribution kind, Family family) {
-    if (to_string(family).empty()) {
-      throw ConfigError(detail::expectation_message("PolicyOwner family", detail::enum_vocabulary<Family>(),
-                                                    static_cast<int>(family)));
-    }
-    registry_->add(kind, family);
-    return Disposer(registry_, kind, family, 0);
-  }
+  /// Registers one contribution of `kind`; throws ConfigError for a family outside the enum.
+  [[nodiscard]] Disposer add(detail::Contribution kind, Family family);
 
   SandboxMode default_mode_;
   std::filesystem::path workspace_root_;
   std::string host_label_;
   std::shared_ptr<detail::Registry> registry_;
 };
+
+// ---------------------------------------------------------------------------------------------
+// The registry
+// ---------------------------------------------------------------------------------------------
+
+/// Takes back one registration when disposed or destroyed. Move-only; `dispose()` is
+/// idempotent; disposing after the owner is gone does nothing.
+class Disposer {
+public:
+  /// An inactive disposer.
+  Disposer() noexcept = default;
+  Disposer(const Disposer&) = delete;
+  Disposer& operator=(const Disposer&) = delete;
+  /// Takes over `other`'s registration; `other` becomes inactive.
+  Disposer(Disposer&& other) noexcept
+      : registry_(std::move(other.registry_)), kind_(other.kind_), family_(other.family_),
+        listener_id_(other.listener_id_), active_(std::exchange(other.active_, false)) {}
+  /// Disposes this registration, then takes over `other`'s.
+  Disposer& operator=(Disposer&& other) noexcept {
+    if (this != &other) {
+      dispose();
+      registry_ = std::move(other.registry_);
+      kind_ = other.kind_;
+      family_ = other.family_;
+      listener_id_ = other.listener_id_;
+      active_ = std::exchange(other.active_, false);
+    }
+    return *this;
+  }
+  /// Disposes.
+  ~Disposer() { dispose(); }
+
+  /// Takes the registration back (the listeners of the owner run before it returns, and must
+  /// not throw: this function is noexcept). Does nothing if inactive or the owner is gone.
+  void dispose() noexcept {
+    if (!std::exchange(active_, false)) {
+      return;
+    }
+    if (const auto registry = registry_.lock()) {
+      if (kind_ == detail::Contribution::listener) {
+        registry->remove_listener(listener_id_);
+      } else {
+        registry->remove(kind_, family_);
+      }
+    }
+    registry_.reset();
+  }
+
+  /// Returns true until disposed or moved from.
+  [[nodiscard]] bool active() const noexcept { return active_; }
+
+private:
+  friend class PolicyOwner;
+  Disposer(std::weak_ptr<detail::Registry> registry, detail::Contribution kind, Family family,
+           std::uint64_t listener_id) noexcept
+      : registry_(std::move(registry)), kind_(kind), family_(family), listener_id_(listener_id), active_(true) {}
+
+  std::weak_ptr<detail::Registry> registry_;
+  detail::Contribution kind_ = detail::Contribution::enforced;
+  Family family_ = Family::filesystem;
+  std::uint64_t listener_id_ = 0;
+  bool active_ = false;
+};
+inline Disposer PolicyOwner::registerEnforcedFamily(Family family) {
+  return add(detail::Contribution::enforced, family);
+}
+
+inline Disposer PolicyOwner::registerEscalatableFamily(Family family) {
+  return add(detail::Contribution::escalatable, family);
+}
+
+inline Disposer PolicyOwner::onChange(std::function<void()> listener) {
+  if (!listener) {
+    throw ConfigError("PolicyOwner::onChange: expected a callable listener; found an empty std::function");
+  }
+  const std::uint64_t id = registry_->add_listener(std::move(listener));
+  return Disposer(registry_, detail::Contribution::listener, Family::filesystem, id);
+}
+
+inline Disposer PolicyOwner::add(detail::Contribution kind, Family family) {
+  if (to_string(family).empty()) {
+    throw ConfigError(
+        detail::expectation_message("PolicyOwner family", detail::enum_vocabulary<Family>(), static_cast<int>(family)));
+  }
+  registry_->add(kind, family);
+  return Disposer(registry_, kind, family, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model text
+// ---------------------------------------------------------------------------------------------
+
+/// The name of the context contribution this library renders.
+inline constexpr std::string_view SANDBOX_POLICY_CONTEXT = "sandbox:policy";
+
+/// Returns `text` as a JSON string literal (see the model text's `{root}`).
+[[nodiscard]] inline std::string json_string_literal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 2);
+  detail::append_json_string(out, text);
+  return out;
+}
+
+/// Renders the `sandbox:policy` text of docs/contract.md#the-model-text, byte for byte. Returns "" when `enforced`
+/// is empty; otherwise one line without a trailing newline. Only families both enforced and
+/// in `escalatable` are named as escalatable, and only in read-only. The text depends only
+/// on the mode, the families, `host_label` and the root.
+[[nodiscard]] inline std::string render_policy_context(const ResolvedPolicy& policy, FamilySet enforced,
+                                                       FamilySet escalatable, std::string_view host_label = "DSH") {
+  return detail::render_policy_text(policy.mode, policy.workspace_root.native(), enforced, escalatable, host_label);
+}
 
 } // namespace dsh

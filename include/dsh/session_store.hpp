@@ -12,8 +12,12 @@
 /// file that is a link is refused. The checks look at the directory entries before the log is
 /// opened, so they guard against a mistaken or planted link, not against someone who can
 /// rename entries inside the root while it is being read.
+///
+/// The public API comes first; the walk of the store's directories it is built on is in
+/// <dsh/detail/store_walk.hpp>, included where the public types and names it uses are declared.
 #pragma once
 
+#include <dsh/detail/dsh_segments.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
 
@@ -43,138 +47,6 @@ struct DshStoredSession {
 
 /// The project directory of the sessions that have no cwd.
 inline constexpr std::string_view DSH_NO_CWD_PROJECT = "_no-cwd";
-
-namespace detail::store {
-
-/// Returns true if DSH keeps the UTF-16 code unit `unit` as it is in a path segment.
-[[nodiscard]] constexpr bool safe_unit(std::uint32_t unit) noexcept {
-  return (unit >= 'A' && unit <= 'Z') || (unit >= 'a' && unit <= 'z') || (unit >= '0' && unit <= '9') || unit == '.' ||
-         unit == '_' || unit == '-';
-}
-
-/// Appends `~XXXX`, the code unit in four upper-case hex digits: DSH's escape.
-inline void append_unit_escape(std::string& out, std::uint32_t unit) {
-  static constexpr std::string_view hex = "0123456789ABCDEF";
-  out += '~';
-  for (unsigned shift = 16; shift > 0; shift -= 4) {
-    out += hex[(unit >> (shift - 4)) & 0xFU];
-  }
-}
-
-/// Calls `on_unit(unit)` for each UTF-16 code unit of the UTF-8 text `text` (JavaScript's view
-/// of the same string); throws ConfigError naming `what` unless `text` is non-empty UTF-8.
-template <class OnUnit> void for_each_utf16_unit(std::string_view text, std::string_view what, OnUnit&& on_unit) {
-  if (text.empty() || !is_utf8(text)) {
-    throw ConfigError(expectation_message(what, "a non-empty UTF-8 string", std::string(text)));
-  }
-  for (std::size_t i = 0; i < text.size();) {
-    std::size_t length = 1;
-    static_cast<void>(utf8_sequence(text.substr(i), &length));
-    const auto byte = [&](std::size_t k) {
-      return static_cast<std::uint32_t>(static_cast<unsigned char>(text[i + k]));
-    };
-    std::uint32_t code = length == 1   ? byte(0)
-                         : length == 2 ? ((byte(0) & 0x1FU) << 6U) | (byte(1) & 0x3FU)
-                         : length == 3 ? ((byte(0) & 0x0FU) << 12U) | ((byte(1) & 0x3FU) << 6U) | (byte(2) & 0x3FU)
-                                       : ((byte(0) & 0x07U) << 18U) | ((byte(1) & 0x3FU) << 12U) |
-                                             ((byte(2) & 0x3FU) << 6U) | (byte(3) & 0x3FU);
-    if (code >= 0x10000) {
-      code -= 0x10000;
-      on_unit(0xD800U + (code >> 10U));
-      on_unit(0xDC00U + (code & 0x3FFU));
-    } else {
-      on_unit(code);
-    }
-    i += length;
-  }
-}
-
-/// Returns what `lstat` says about `path`: nullopt when it does not exist; throws LogError for
-/// `named` on any other failure.
-[[nodiscard]] inline std::optional<struct stat> entry_status(const std::filesystem::path& path,
-                                                             const std::filesystem::path& named) {
-  struct stat status {};
-  if (::lstat(path.c_str(), &status) != 0) {
-    if (errno == ENOENT) {
-      return std::nullopt;
-    }
-    throw LogError(named, 0, slog::with_errno("cannot examine " + json_string_literal(path.native()), errno));
-  }
-  return status;
-}
-
-/// Returns the log in the session directory `session_dir`, or nullopt when it holds none;
-/// throws LogError when it holds both encodings or a log that is not a regular file (a link).
-[[nodiscard]] inline std::optional<DshStoredSession> log_in(const std::filesystem::path& session_dir,
-                                                            std::string project, std::string encoded_id) {
-  std::optional<DshStoredSession> found;
-  for (const DshLogEncoding encoding : {DshLogEncoding::plain, DshLogEncoding::zstd}) {
-    std::filesystem::path path =
-        session_dir / (encoding == DshLogEncoding::plain ? "session.jsonl" : "session.jsonl.zstd");
-    const std::optional<struct stat> status = entry_status(path, path);
-    if (!status) {
-      continue;
-    }
-    if (S_ISLNK(status->st_mode)) {
-      throw LogError(path, 0, "is a symbolic link; a DSH session store never follows one out of its root");
-    }
-    if (!S_ISREG(status->st_mode)) {
-      throw LogError(path, 0, "not a regular file");
-    }
-    if (found) {
-      throw LogError(path, 0,
-                     "the session directory holds both session.jsonl and session.jsonl.zstd; DSH refuses such a "
-                     "session as well");
-    }
-    found = DshStoredSession{std::move(path), project, encoded_id, encoding};
-  }
-  return found;
-}
-
-/// Returns the log of the session whose directory entry is `root/project/encoded_id`, or
-/// nullopt when there is no such entry; throws LogError when the entry is a link or no directory.
-[[nodiscard]] inline std::optional<DshStoredSession>
-session_at(const std::filesystem::path& root, const std::string& project, const std::string& encoded_id) {
-  const std::filesystem::path dir = root / project / encoded_id;
-  const std::optional<struct stat> status = entry_status(dir, dir);
-  if (!status) {
-    return std::nullopt;
-  }
-  if (S_ISLNK(status->st_mode)) {
-    throw LogError(dir, 0, "is a symbolic link; a DSH session store never follows one out of its root");
-  }
-  if (!S_ISDIR(status->st_mode)) {
-    throw LogError(dir, 0, "not a directory, where DSH keeps a session's directory");
-  }
-  return log_in(dir, project, encoded_id);
-}
-
-/// Returns the names of the real directories (not links to one) in `dir`, sorted; throws
-/// LogError for `dir` if it cannot be read.
-[[nodiscard]] inline std::vector<std::string> subdirectories(const std::filesystem::path& dir) {
-  std::error_code error;
-  std::filesystem::directory_iterator it(dir, error);
-  if (error) {
-    throw LogError(dir, 0, "cannot read the directory: " + error.message());
-  }
-  std::vector<std::string> names;
-  for (const std::filesystem::directory_iterator end; it != end; it.increment(error)) {
-    if (error) {
-      throw LogError(dir, 0, "cannot read the directory: " + error.message());
-    }
-    const std::filesystem::file_status status = it->symlink_status(error);
-    if (!error && status.type() == std::filesystem::file_type::directory) {
-      names.push_back(it->path().filename().native());
-    }
-  }
-  if (error) {
-    throw LogError(dir, 0, "cannot read the directory: " + error.message());
-  }
-  std::ranges::sort(names);
-  return names;
-}
-
-} // namespace detail::store
 
 /// Encodes `text` as DSH encodes a session id into one path segment: each UTF-16 code unit of
 /// `A`-`Z`, `a`-`z`, `0`-`9`, `.`, `_` and `-` as it is, every other one (`/`, `~`, NUL,
@@ -232,39 +104,12 @@ session_at(const std::filesystem::path& root, const std::string& project, const 
 [[nodiscard]] inline std::string dsh_project_directory(const std::optional<std::string>& cwd) {
   return cwd ? dsh_project_key(*cwd) : std::string(DSH_NO_CWD_PROJECT);
 }
+} // namespace dsh
 
-namespace detail::store {
+// The walk of the store's directories: it uses DshStoredSession and dsh_encode_segment above.
+#include <dsh/detail/store_walk.hpp>
 
-/// Returns the one log of session `encoded` among the `projects` of `root`; `where` describes
-/// them for the error when there is none.
-[[nodiscard]] inline DshStoredSession locate_in(const std::filesystem::path& root, std::string_view session_id,
-                                                const std::vector<std::string>& projects, std::string_view where) {
-  const std::string encoded = dsh_encode_segment(session_id);
-  std::vector<DshStoredSession> found;
-  for (const std::string& project : projects) {
-    if (std::optional<DshStoredSession> stored = session_at(root, project, encoded)) {
-      found.push_back(std::move(*stored));
-    }
-  }
-  if (found.empty()) {
-    throw LogError(root, 0,
-                   "no DSH session " + json_string_literal(session_id) + " (directory " + json_string_literal(encoded) +
-                       ") in " + std::string(where));
-  }
-  if (found.size() > 1) {
-    std::string names;
-    for (const DshStoredSession& stored : found) {
-      names.append(names.empty() ? "" : ", ").append(json_string_literal(stored.project));
-    }
-    throw LogError(root, 0,
-                   "the DSH session " + json_string_literal(session_id) + " appears in " +
-                       std::to_string(found.size()) + " project directories: " + names +
-                       "; give its cwd to choose one");
-  }
-  return std::move(found.front());
-}
-
-} // namespace detail::store
+namespace dsh {
 
 /// Finds the log of session `session_id` in the DSH store at `root`, searching every project
 /// directory as DSH does when it does not know the cwd. Throws ConfigError for an empty id or

@@ -425,6 +425,28 @@ TEST_CASE("re-announcing appends the snapshot even when the log holds it", "[run
   CHECK(session.events().size() == 4);
 }
 
+TEST_CASE("the next seq of a row is read by its type, whichever of seq and seq0 it carries", "[runtime_context]") {
+  const std::string text = std::string(PREAMBLE) + "\n\nA.";
+  const auto announced_id = [&](std::vector<json> seed) {
+    dsh::Session session({"s", std::nullopt, 0}, std::move(seed));
+    REQUIRE(dsh::announce_runtime_context(session, text) == dsh::SnapshotOutcome::snapshot);
+    return session.events().back().at("data").at("id").get<std::string>();
+  };
+  const json chunks_with_both{{"type", "text-chunks"}, {"seq", 3}, {"seq0", 5}, {"data", {{"dt", {1, 2, 3}}}}};
+  const json event_with_both{{"type", "turn/end"}, {"seq", 7}, {"seq0", 2}, {"data", {{"dt", {1}}}}};
+  const json chunks_with_seq_only{{"type", "text-chunks"}, {"seq", 1}, {"data", {{"dt", json::array()}}}};
+
+  SECTION("a packed chunk row (no '/' in its type) counts from seq0 and data.dt") {
+    CHECK(announced_id({chunks_with_both}) == "runtime-context-9");
+  }
+  SECTION("an event (a '/' in its type) counts from seq") {
+    CHECK(announced_id({event_with_both}) == "runtime-context-8");
+  }
+  SECTION("a packed row without seq0 gives no next seq, so the row before it decides") {
+    CHECK(announced_id({event("turn/end", 0, json{{"turn", 0}}), chunks_with_seq_only}) == "runtime-context-1");
+  }
+}
+
 TEST_CASE("a session whose events are only an input range is scanned forward", "[runtime_context]") {
   const std::string a = std::string(PREAMBLE) + "\n\nA.";
   const std::string b = std::string(PREAMBLE) + "\n\nB.";

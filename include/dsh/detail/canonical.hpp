@@ -1,6 +1,7 @@
 /// @file
 /// The canonicalizer behind `canonical_path` (docs/contract.md#canonicalization), on native
-/// strings: the physical identity of the longest existing prefix, the rest lexically.
+/// strings: the physical identity of the longest existing prefix, the rest lexically; and
+/// whether one canonical path lies within another.
 #pragma once
 
 #include <array>
@@ -178,6 +179,19 @@ namespace dsh::detail {
     return std::move(*identity);
   }
   return canonical_partial(path);
+}
+
+/// Returns true if canonical `path` is `root` or lies beneath it by whole components.
+[[nodiscard]] inline bool is_within(const std::filesystem::path& path, const std::filesystem::path& root) noexcept {
+  const std::string& p = path.native();
+  const std::string& r = root.native();
+  if (r.empty() || r.front() != '/') {
+    return false; // a root that is not absolute contains nothing: fail closed
+  }
+  if (r == "/") {
+    return !p.empty() && p.front() == '/';
+  }
+  return p.starts_with(r) && (p.size() == r.size() || p[r.size()] == '/');
 }
 
 } // namespace dsh::detail

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace dsh::detail {
@@ -52,6 +53,41 @@ template <TabledEnum E> [[nodiscard]] consteval auto enum_values() noexcept {
     values[i] = EnumTable<E>::entries[i].value;
   }
   return values;
+}
+
+/// Returns the position of `value` in the table (0 for its first row), or the table's size for
+/// a value outside the enum.
+template <TabledEnum E> [[nodiscard]] constexpr std::size_t enum_index(E value) noexcept {
+  std::size_t index = 0;
+  while (index < EnumTable<E>::entries.size() && EnumTable<E>::entries[index].value != value) {
+    ++index;
+  }
+  return index;
+}
+
+/// Returns the vocabulary of an enum for error messages: `a sandbox mode ("read-only", ...)`.
+template <TabledEnum E> [[nodiscard]] std::string enum_vocabulary() {
+  std::string text{EnumTable<E>::what};
+  text += " (";
+  bool first = true;
+  for (const auto& entry : EnumTable<E>::entries) {
+    text.append(first ? "\"" : ", \"").append(entry.name).append("\"");
+    first = false;
+  }
+  text += ")";
+  return text;
+}
+
+/// Appends the name of `value`, or `a family outside the vocabulary (7)` (with the enum's own
+/// `what`) for a value outside the enum.
+template <TabledEnum E> void append_enum_label(std::string& out, E value) {
+  const std::string_view name = enum_name(value);
+  if (name.empty()) {
+    out.append(EnumTable<E>::what).append(" outside the vocabulary (");
+    out.append(std::to_string(static_cast<int>(value))).append(")");
+  } else {
+    out.append(name);
+  }
 }
 
 } // namespace dsh::detail

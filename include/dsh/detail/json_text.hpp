@@ -1,6 +1,14 @@
 /// @file
 /// UTF-8 and JSON text as the library writes it: string literals, the `sandbox:policy` root,
 /// and values as JavaScript's `JSON.stringify` writes them (DSH's own text).
+///
+/// The library's one policy for invalid UTF-8 in what it writes: text it composes to be read
+/// (the `sandbox:policy` text, `json_string_literal`, the JSON of a `ResolvedPolicy`, the values
+/// quoted in error messages) replaces each maximal ill-formed subpart by U+FFFD, here and only
+/// here, because such text must always be produced (a root is whatever bytes the filesystem
+/// holds) and must never be able to close its quotes. What it stores (a session log line) is
+/// never repaired: invalid UTF-8 there is refused before anything is written, because an
+/// event must read back as it was given.
 #pragma once
 
 #include <array>
@@ -93,7 +101,8 @@ inline std::size_t append_utf8_or_replacement(std::string& out, std::string_view
 
 /// Appends `text` escaped for the inside of a JSON string literal (without the quotes): `"`,
 /// `\` and control characters escaped as JSON and JavaScript's `JSON.stringify` do; valid UTF-8
-/// as it is; each maximal ill-formed subpart replaced by U+FFFD.
+/// as it is; each maximal ill-formed subpart replaced by U+FFFD (the written-text policy of this
+/// file's comment: every string the library writes for reading passes through here).
 inline void append_json_string_body(std::string& out, std::string_view text) {
   constexpr std::string_view hex = "0123456789abcdef";
   const auto plain = [](char c) {

@@ -3,7 +3,9 @@
 /// `sandbox/mode` events, and the limits of an appended line (docs/session-log.md#validation).
 #pragma once
 
+#include <dsh/detail/chunk_rows.hpp>
 #include <dsh/detail/js_stringify.hpp>
+#include <dsh/detail/json_members.hpp>
 #include <dsh/detail/json_tree.hpp>
 #include <dsh/detail/log_io.hpp>
 #include <dsh/detail/row_scanner.hpp>
@@ -80,7 +82,7 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
   }
   std::string storage;
   const std::string_view type = field_text(facts.type, storage);
-  const bool packed = type.find('/') == std::string_view::npos;
+  const bool packed = detail::is_packed_chunk_type(type);
   const Field& seq = packed ? facts.seq0 : facts.seq;
   const std::string_view seq_name = packed ? "seq0" : "seq";
   if (!seq.valid) {
@@ -114,12 +116,6 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
   }
 }
 
-/// Returns `header[key]`, or nullptr when absent.
-[[nodiscard]] inline const nlohmann::json* header_member(const nlohmann::json& header, const char* key) {
-  const auto found = header.find(key);
-  return found == header.end() ? nullptr : &*found;
-}
-
 /// Throws LogError for line 1 saying what the header's `key` should have been.
 [[noreturn]] inline void bad_header(const std::filesystem::path& path, const char* key, std::string_view expected,
                                     const nlohmann::json* found) {
@@ -137,27 +133,27 @@ inline void check_row(std::string_view row, std::size_t line, Tally& tally, cons
                                                 nlohmann::json& json) {
   static_cast<void>(scan_object(row, 1, path));
   json = parse_row(row, 1, path);
-  const nlohmann::json* type = header_member(json, "type");
+  const nlohmann::json* type = detail::member(json, "type");
   if (type == nullptr || !type->is_string() || type->get_ref<const std::string&>() != "session") {
     bad_header(path, "type", "\"session\"", type);
   }
-  const nlohmann::json* version = header_member(json, "version");
+  const nlohmann::json* version = detail::member(json, "version");
   if (version == nullptr || !version->is_number_integer() || version->get<std::int64_t>() != 0) {
     bad_header(path, "version", "0 (the only version this library reads)", version);
   }
   SessionHeader header;
-  const nlohmann::json* id = header_member(json, "id");
+  const nlohmann::json* id = detail::member(json, "id");
   if (id == nullptr || !id->is_string()) {
     bad_header(path, "id", "a string", id);
   }
   header.id = id->get<std::string>();
-  const nlohmann::json* created = header_member(json, "createdAt");
+  const nlohmann::json* created = detail::member(json, "createdAt");
   if (created == nullptr || !created->is_number_integer() ||
       (created->is_number_unsigned() && created->get<std::uint64_t>() > INT64_MAX)) {
     bad_header(path, "createdAt", "an integer (epoch milliseconds)", created);
   }
   header.created_at = created->get<std::int64_t>();
-  if (const nlohmann::json* cwd = header_member(json, "cwd")) {
+  if (const nlohmann::json* cwd = detail::member(json, "cwd")) {
     if (!cwd->is_string()) {
       bad_header(path, "cwd", "a string, or no \"cwd\" at all", cwd);
     }

@@ -3,6 +3,7 @@
 /// tally, and the append and refresh protocol under the file lock.
 #pragma once
 
+#include <dsh/detail/chunk_rows.hpp>
 #include <dsh/detail/log_format.hpp>
 #include <dsh/detail/log_io.hpp>
 #include <dsh/detail/posix.hpp>
@@ -173,7 +174,7 @@ public:
     DisposedJson event(nlohmann::json::object());
     event.value["data"] = std::move(data);
     detail::check_envelope(envelope);
-    if (type.find('/') == std::string_view::npos) {
+    if (detail::is_packed_chunk_type(type)) {
       throw LogError(path, 0,
                      "cannot append an event of type " + json_string_literal(type) +
                          ": an event type needs a \"/\" (a type without one marks a packed chunk row)");

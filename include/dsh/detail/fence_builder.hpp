@@ -1,0 +1,182 @@
+/// @file
+/// The builder of a `PreparedFence`: the ruleset of a resolved policy on the running kernel.
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
+#include <dsh/landlock.hpp>
+
+#ifndef DSH_DETAIL_FENCE_BUILDER_HPP
+#define DSH_DETAIL_FENCE_BUILDER_HPP
+
+namespace dsh::detail {
+
+/// The fence body, with the kernel probe and $TMPDIR passed in so that every branch
+/// (including "no Landlock" and older ABIs) runs in tests on any kernel.
+[[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                 LandlockProbe probe, const char* tmpdir) {
+  FenceReport report;
+  report.mode = policy.mode;
+  report.abi = probe.abi;
+  if (policy.mode == SandboxMode::danger_full_access) {
+    report.status = FenceStatus::unrestricted;
+    return PreparedFence{std::move(report), UniqueFd{}};
+  }
+  const std::string subject = "Landlock fence for " + std::string(to_string(policy.mode));
+  if (probe.abi <= 0) {
+    const std::string reason = landlock_unavailable_reason(probe.error);
+    if (!options.allow_unfenced) {
+      throw LandlockError(subject + ": " + reason +
+                          "; refusing to run unfenced (set FenceOptions::allow_unfenced to "
+                          "run without the fence)");
+    }
+    report.status = FenceStatus::unfenced;
+    report.notes.push_back("NOT FENCED: " + reason);
+    return PreparedFence{std::move(report), UniqueFd{}};
+  }
+#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
+  report.status = FenceStatus::enforced;
+  report.handled = landlock_write_rights(probe.abi);
+  report.unenforced = landlock_write_rights(std::numeric_limits<int>::max()) & ~report.handled;
+  if (options.deny_tcp) {
+    if (probe.abi < 4) {
+      throw LandlockError(subject +
+                          ": FenceOptions::deny_tcp asks to refuse TCP bind and connect, which needs "
+                          "Landlock ABI 4 (Linux 6.7); this kernel has ABI " +
+                          std::to_string(probe.abi));
+    }
+    report.handled_net = landlock_net_bind_tcp | landlock_net_connect_tcp;
+  }
+  if (probe.abi >= 6) {
+    report.scoped = landlock_scope_signal | landlock_scope_abstract_unix_socket;
+  } else {
+    report.notes.push_back("signals and abstract unix sockets are not scoped: Landlock ABI " +
+                           std::to_string(probe.abi) + " cannot (ABI 6, Linux 6.12, can)");
+  }
+
+  const RulesetAttr attr{report.handled, report.handled_net, report.scoped};
+  UniqueFd ruleset{static_cast<int>(::syscall(sys_landlock_create_ruleset, &attr, ruleset_attr_size(probe.abi), 0U))};
+  if (!ruleset) {
+    const int error = errno;
+    throw LandlockError(subject + ": landlock_create_ruleset failed: " + std::strerror(error));
+  }
+  // Adds one rule and records it; returns "" or, when the anchor cannot be opened, is not of
+  // the expected kind, or (a directory) is no longer the canonical path that was checked,
+  // why (optional grants are then skipped, never widened).
+  const auto grant = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) -> std::string {
+    const UniqueFd anchor{open_rule_anchor(path, directory)};
+    struct stat info {};
+    if (!anchor || ::fstat(anchor.get(), &info) != 0) {
+      const int error = errno;
+      return std::strerror(error);
+    }
+    if (!directory && !S_ISCHR(info.st_mode)) {
+      return "not a character device";
+    }
+    if (directory) {
+      if (const std::optional<std::string> opened = recorded_path(anchor.get()); opened != path.native()) {
+        return "it was replaced while the fence was prepared";
+      }
+    }
+    const PathBeneathAttr rule{rights, anchor.get()};
+    if (::syscall(sys_landlock_add_rule, ruleset.get(), landlock_rule_path_beneath, &rule, 0U) != 0) {
+      const int error = errno;
+      throw LandlockError(subject + ": landlock_add_rule for " + json_string_literal(path.native()) +
+                          " failed: " + std::strerror(error));
+    }
+    report.grants.push_back({path, rights});
+    return {};
+  };
+
+  for (const char* device : {"/dev/null", "/dev/zero", "/dev/full"}) {
+    if (const std::string why = grant(device, false, report.handled & landlock_file_rights()); !why.empty()) {
+      report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
+    }
+  }
+  if (policy.mode == SandboxMode::workspace_write) {
+    const std::filesystem::path& root = policy.workspace_root;
+    const std::uint64_t directory_rights = report.handled & ~landlock_device_node_rights();
+    if (root == root.root_path()) {
+      throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) +
+                          ": it would grant the whole filesystem, including the session log, the workspace entry "
+                          "and the host, which decide later calls");
+    }
+    std::vector<Guard> guards = workspace_guards(policy, options, tmpdir);
+    for (const Guard& guard : guards) {
+      if (const std::string why = exposure(guard, root); !why.empty()) {
+        throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) + ": " +
+                            why);
+      }
+    }
+    if (const std::string why = grant(root, true, directory_rights); !why.empty()) {
+      throw LandlockError(subject + ": cannot open the workspace root " + json_string_literal(root.native()) + ": " +
+                          why);
+    }
+    std::vector<std::filesystem::path> granted{root};
+
+    // Optional directories: each is skipped (never widened) when it is missing, when it
+    // would expose a guard, or when its own path runs through a directory entry this fence
+    // lets the command replace (a later call would then grant wherever the entry points).
+    const auto grant_optional = [&](const std::string& label, const std::filesystem::path& spelled) {
+      Guard self = make_guard(label, spelled, false);
+      const std::filesystem::path& directory = self.canonical;
+      for (const std::filesystem::path& done : granted) {
+        if (is_within(directory, done)) {
+          return; // already writable through `done`
+        }
+      }
+      std::string why;
+      if (directory == directory.root_path()) {
+        why = "a grant of the filesystem root would lift the fence";
+      }
+      for (std::size_t i = 0; i < guards.size() && why.empty(); ++i) {
+        why = exposure(guards[i], directory);
+      }
+      for (const std::filesystem::path& entry : self.entries) {
+        if (why.empty() && (is_within(entry.parent_path(), directory) ||
+                            std::any_of(granted.begin(), granted.end(), [&](const std::filesystem::path& done) {
+                              return is_within(entry.parent_path(), done);
+                            }))) {
+          why = "the command could replace " + json_string_literal(entry.native()) +
+                " on the way to it, and a later call would grant what it then names";
+        }
+      }
+      if (why.empty()) {
+        why = grant(directory, true, directory_rights);
+      }
+      if (!why.empty()) {
+        report.notes.push_back("skipped " + label + ": " + why);
+        return;
+      }
+      granted.push_back(directory);
+      self.what = "the granted directory " + json_string_literal(directory.native());
+      guards.push_back(std::move(self));
+    };
+    for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
+      grant_optional(json_string_literal(canonical_path(area).native()), area);
+    }
+    for (const std::filesystem::path& extra : options.extra_writable) {
+      if (!extra.is_absolute()) {
+        report.notes.push_back("skipped " + json_string_literal(extra.native()) + ": not an absolute path");
+      } else {
+        grant_optional(json_string_literal(extra.native()), extra);
+      }
+    }
+    if (tmpdir != nullptr && *tmpdir != '\0') {
+      const std::string label = "$TMPDIR " + json_string_literal(tmpdir);
+      if (const std::string why = tmpdir_ineligible(tmpdir); !why.empty()) {
+        report.notes.push_back("skipped " + label + ": " + why);
+      } else {
+        grant_optional(label, tmpdir);
+      }
+    }
+  }
+  return PreparedFence{std::move(report), std::move(ruleset)};
+#else
+  (void)tmpdir;
+  throw LandlockError(subject + ": Landlock reported ABI " + std::to_string(probe.abi) +
+                      " but this build has no Landlock support");
+#endif
+}
+
+} // namespace dsh::detail
+
+#endif // DSH_DETAIL_FENCE_BUILDER_HPP

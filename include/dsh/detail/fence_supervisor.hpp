@@ -1,0 +1,97 @@
+/// @file
+/// The supervisor between the host and a fenced command: its reports, how a call ends, and the
+/// plan it starts the command with.
+// Included by <dsh/landlock.hpp> after the public types it uses; the guard below, not
+// `#pragma once`, lets it also compile on its own (HACKING.md#header-layout).
+#include <dsh/landlock.hpp>
+
+#ifndef DSH_DETAIL_FENCE_SUPERVISOR_HPP
+#define DSH_DETAIL_FENCE_SUPERVISOR_HPP
+
+namespace dsh::detail {
+
+/// What the supervisor reports to the host over its socket, in fixed-size records.
+struct SupervisorReport {
+  enum Kind : int { none = 0, started = 1, failed = 2, ended = 3 };
+  int kind = none;
+  int stage = 0;               ///< failed: a ChildStage
+  int error = 0;               ///< failed: errno; ended: the exit status
+  int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
+  std::array<char, 48> step{}; ///< failed: the call, truncated
+};
+
+/// How a supervised call ended.
+enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
+
+/// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
+/// (`list`, read from its start) names them. Async-signal-safe.
+inline void kill_listed_children(int list) noexcept {
+  if (::lseek(list, 0, SEEK_SET) != 0) {
+    return;
+  }
+  std::array<char, 512> buffer{};
+  long pid = 0;
+  bool in_number = false;
+  for (;;) {
+    const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(list, buffer.data(), buffer.size()); });
+    if (got <= 0) {
+      break;
+    }
+    for (std::size_t i = 0; i < static_cast<std::size_t>(got); ++i) {
+      const char c = buffer[i];
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        in_number = true;
+      } else if (in_number) {
+        ::kill(static_cast<::pid_t>(pid), SIGKILL);
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number) {
+    ::kill(static_cast<::pid_t>(pid), SIGKILL);
+  }
+}
+
+/// The calling process's monotonic clock in milliseconds; async-signal-safe.
+[[nodiscard]] inline long long monotonic_ms() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000LL + now.tv_nsec / 1000000L;
+}
+
+/// Writes `size` bytes to `fd` without letting a closed pipe raise SIGPIPE in the calling
+/// process (the signal is blocked in this thread for the write and a SIGPIPE it caused is
+/// consumed); returns false when the write failed.
+[[nodiscard]] inline bool write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+  sigset_t pipe_only;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  sigset_t previous;
+  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
+    return false;
+  }
+  sigset_t pending;
+  ::sigemptyset(&pending);
+  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  const bool ok = write_all(fd, data, size);
+  if (!ok && errno == EPIPE && !was_pending) {
+    const timespec no_wait{};
+    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return ok;
+}
+
+/// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
+/// the controlling terminal (-1: none), and whether stdin defaults to /dev/null.
+struct StartPlan {
+  std::array<int, 3> stdio{-1, -1, -1};
+  int terminal = -1;
+  bool null_stdin = false;
+};
+
+} // namespace dsh::detail
+
+#endif // DSH_DETAIL_FENCE_SUPERVISOR_HPP
