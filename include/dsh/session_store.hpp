@@ -32,12 +32,6 @@
 
 namespace dsh {
 
-/// How a DSH session log is stored on disk.
-enum class DshLogEncoding : std::uint8_t {
-  plain, ///< `session.jsonl`: JSON lines.
-  zstd,  ///< `session.jsonl.zstd`: independent checksummed Zstandard frames of JSON lines.
-};
-
 /// One session log of a DSH session store.
 struct DshStoredSession {
   std::filesystem::path path; ///< `<root>/<project>/<encoded id>/session.jsonl[.zstd]`.
@@ -327,16 +321,17 @@ namespace detail::store {
 
 /// Opens a stored session's log (see `SessionLog::open`) and checks that its header names the
 /// session that lives there: the id and cwd of the header must lead to the project and session
-/// directories the log was found in, as DSH requires. Throws LogError for a Zstandard log (this
-/// library does not read them yet), for a header that leads elsewhere, and for what
-/// `SessionLog::open` throws.
+/// directories the log was found in, as DSH requires. Throws LogError for a header that leads
+/// elsewhere, for a file whose content is not in the encoding its name says (DSH would not
+/// read it), and for what `SessionLog::open` throws.
 [[nodiscard]] inline SessionLog open_dsh_session(const DshStoredSession& stored) {
-  if (stored.encoding == DshLogEncoding::zstd) {
-    throw LogError(stored.path, 0,
-                   "a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
-                   "(configure DSH with compression \"none\" to inspect this session)");
-  }
   SessionLog log = SessionLog::open(stored.path);
+  if (log.encoding() != stored.encoding) {
+    throw LogError(stored.path, 0,
+                   stored.encoding == DshLogEncoding::zstd
+                       ? "named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames"
+                       : "named session.jsonl, but the file holds Zstandard frames, not plain JSON lines");
+  }
   std::string project;
   std::string encoded;
   try {

@@ -13,6 +13,9 @@
 //    The scanner is more lenient in one way, lone surrogate escapes (valid JSON, which DSH
 //    writes): lines holding one are covered by the property above, not by this one;
 //  - after an append the log still opens, one row longer;
+//  - a Zstandard log (the input starts with a frame's magic; seeds `*.zst`) is refused or
+//    accepted under the same properties, except that a repair cuts a torn last frame and may
+//    write its complete rows back as one new frame after the cut;
 //  - every line gets the same verdict, facts and error from the scanner whichever width
 //    searches its strings (byte by byte, 8-byte words, SSE2).
 #include <dsh/session_log.hpp>
@@ -57,9 +60,15 @@ std::string_view line_of(std::string_view bytes, std::size_t number) {
   return bytes.substr(0, bytes.find('\n'));
 }
 
+/// Returns true if the input is a Zstandard log (starts with a frame's magic, 28 b5 2f fd).
+bool compressed(std::string_view input) { return input.starts_with("\x28\xb5\x2f\xfd"); }
+
 void check_refusal(const dsh::LogError& error, std::string_view input) {
   if (read_file(log_path()) != input) {
     std::abort(); // a refused file must be unchanged
+  }
+  if (compressed(input)) {
+    return; // its lines are not the input's lines
   }
   // The reason follows the prefix that names the file and line (a value quoted in a reason
   // may itself hold any text).
@@ -79,8 +88,14 @@ void check_accepted(dsh::SessionLog& log, std::string_view input) {
   const std::string now = read_file(log_path());
   const auto repair = log.tail_repair();
   const std::size_t kept = repair ? repair->offset : input.size();
-  if (now != input.substr(0, kept) || (repair && (kept + repair->removed_bytes != input.size() ||
-                                                  input.substr(kept).find('\n') != std::string_view::npos))) {
+  if (log.encoding() == dsh::DshLogEncoding::zstd) {
+    if (!compressed(input) || now.substr(0, kept) != input.substr(0, kept) ||
+        (repair && kept + repair->removed_bytes != input.size()) || (!repair && now != input) ||
+        (repair && repair->recovered_rows == 0 && now.size() != kept)) {
+      std::abort(); // only a torn last frame may be cut (and its complete rows written back)
+    }
+  } else if (now != input.substr(0, kept) || (repair && (kept + repair->removed_bytes != input.size() ||
+                                                         input.substr(kept).find('\n') != std::string_view::npos))) {
     std::abort(); // only a torn tail may be cut
   }
   std::uint64_t seqs = 0;

@@ -4,6 +4,7 @@
 // the store, duplicated ids, both encodings at once, and a header that belongs elsewhere.
 #include "support/session_log.hpp"
 
+#include <dsh/detail/zstd_frames.hpp>
 #include <dsh/session_store.hpp>
 
 #include <optional>
@@ -194,18 +195,43 @@ TEST_CASE("an id in several project directories, or with both encodings, is an e
             "session as well");
 }
 
-TEST_CASE("a Zstandard log is found but not opened; a header that belongs elsewhere is refused", "[store]") {
+TEST_CASE("a Zstandard log is found and opened; a name that lies about the encoding, or a header that belongs "
+          "elsewhere, is refused",
+          "[store]") {
   const TempDir tmp;
   const fs::path root = tmp / "store";
   fs::create_directories(root / "_no-cwd" / "z");
   const fs::path zstd = root / "_no-cwd" / "z" / "session.jsonl.zstd";
-  write_bytes(zstd, "\x28\xB5\x2F\xFD");
+  const std::string header = R"({"type":"session","version":0,"id":"z","createdAt":1,"delegationDepth":0})";
+  const std::string mode = R"({"type":"sandbox/mode","seq":0,"time":2,"data":{"mode":"danger-full-access"}})";
+#if DSH_SANDBOX_POLICY_HAS_ZSTD
+  const auto frame = [](std::string_view line) {
+    return dsh::detail::encode_zstd_frame(std::vector<std::string_view>{line}).bytes;
+  };
+  write_bytes(zstd, frame(header) + frame(mode));
+  const DshStoredSession stored = dsh::locate_dsh_session(root, "z");
+  CHECK(stored.encoding == DshLogEncoding::zstd);
+  CHECK(dsh::open_dsh_session(stored).sandbox_mode_override() == dsh::SandboxMode::danger_full_access);
+  // A plain session named as a compressed one, and a compressed one named as plain.
+  write_bytes(zstd, header + "\n" + mode + "\n");
+  CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==
+        "session log \"" + zstd.native() +
+            "\": named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames");
+  fs::rename(zstd, root / "_no-cwd" / "z" / "session.jsonl");
+  write_bytes(root / "_no-cwd" / "z" / "session.jsonl", frame(header) + frame(mode));
+  const DshStoredSession plain = dsh::locate_dsh_session(root, "z");
+  CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(plain)); }).what()) ==
+        "session log \"" + plain.path.native() +
+            "\": named session.jsonl, but the file holds Zstandard frames, not plain JSON lines");
+#else
+  write_bytes(zstd, std::string("\x28\xB5\x2F\xFD", 4));
   const DshStoredSession stored = dsh::locate_dsh_session(root, "z");
   CHECK(stored.encoding == DshLogEncoding::zstd);
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==
         "session log \"" + zstd.native() +
-            "\": a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
-            "(configure DSH with compression \"none\" to inspect this session)");
+            "\": cannot read a Zstandard-compressed session log: dsh-sandbox-policy was built without Zstandard "
+            "support (libzstd was not found)");
+#endif
 
   // A log moved (or planted) under another id or project: DSH refuses it, and so does the store.
   const fs::path moved = plant_log(root / "_no-cwd" / "victim", R"("attacker")", "");

@@ -92,7 +92,7 @@ bool without_zstd() {
     return false;
   } else {
     WARN("built without libzstd: checking the \"no Zstandard support\" reports only");
-    const std::string expected = "this build of dsh-sandbox-policy has no Zstandard support (libzstd was not found)";
+    const std::string expected = "dsh-sandbox-policy was built without Zstandard support (libzstd was not found)";
     ZstdFrameReader reader(std::string_view("\x28\xB5\x2F\xFD"));
     CHECK_FALSE(reader.next());
     CHECK(reader.outcome().status == ZstdFrameStatus::unavailable);

@@ -26,7 +26,7 @@ namespace dsh {
 /// Prints a repair in test failure messages.
 inline std::ostream& operator<<(std::ostream& out, const TailRepair& repair) {
   return out << "TailRepair{line " << repair.line << ", offset " << repair.offset << ", removed "
-             << repair.removed_bytes << "}";
+             << repair.removed_bytes << ", recovered " << repair.recovered_rows << "}";
 }
 
 } // namespace dsh

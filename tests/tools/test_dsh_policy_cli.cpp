@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -362,6 +363,25 @@ TEST_CASE("the agent-host demo passes its own expectations and leaves a log dsh-
 
 namespace {
 
+/// A compressed DSH session "z" (cwd /srv/z) as the zstd tool writes it: a header frame, then one
+/// batch frame of two rows, the second switching to workspace-write.
+std::string compressed_session() {
+  const dsh::test::TempDir scratch;
+  const auto frame = [&](const std::string& text) {
+    std::ofstream(scratch / "in", std::ios::binary) << text;
+    const std::string command =
+        "zstd -q -f --check -o '" + (scratch / "out").string() + "' '" + (scratch / "in").string() + "'";
+    REQUIRE(std::system(command.c_str()) == 0);
+    return read_file(scratch / "out");
+  };
+  return frame(R"({"type":"session","version":0,"id":"z","createdAt":1,"cwd":"/srv/z","delegationDepth":0})"
+               "\n") +
+         frame(R"({"type":"user/message","seq":0,"time":2,"data":{"text":"hi"}})"
+               "\n"
+               R"({"type":"sandbox/mode","seq":1,"time":3,"data":{"mode":"workspace-write"}})"
+               "\n");
+}
+
 /// Writes `content` to `path`, creating its directories.
 void plant(const fs::path& path, const std::string& content) {
   fs::create_directories(path.parent_path());
@@ -377,7 +397,7 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
         read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "basic.jsonl"));
   plant(root / "_no-cwd" / "sample-no-switch" / "session.jsonl",
         read_file(fs::path(DSH_FIXTURES_DIR) / "sessions" / "no-switch.jsonl"));
-  plant(root / "--srv-z--" / "z" / "session.jsonl.zstd", "\x28\xB5\x2F\xFD");
+  plant(root / "--srv-z--" / "z" / "session.jsonl.zstd", compressed_session());
   const std::string basic = (root / "--home-dev-sample-project--" / "sample-basic" / "session.jsonl").string();
 
   const Run history = ws.policy({"history", "--dsh-root", "store", "--session", "sample-basic"});
@@ -400,14 +420,36 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
   CHECK(set.out == "appended sandbox/mode workspace-write at seq 2 to store/_no-cwd/sample-no-switch/session.jsonl\n");
 
   const Run listed = ws.policy({"list", "--dsh-root", "store"});
-  CHECK(listed.status == 1); // the Zstandard session cannot be read yet
+#if DSH_SANDBOX_POLICY_HAS_ZSTD
+  CHECK(listed.status == 0);
+  CHECK(listed.err.empty());
+  CHECK(listed.out == "\"sample-basic\"  danger-full-access  session  "
+                      "--home-dev-sample-project--/sample-basic/session.jsonl\n"
+                      "\"z\"  workspace-write  session  --srv-z--/z/session.jsonl.zstd\n"
+                      "\"sample-no-switch\"  workspace-write  session  _no-cwd/sample-no-switch/session.jsonl\n");
+
+  // The compressed session, by id: its effective mode, and an appended switch DSH can read.
+  const Run compressed = ws.policy({"show", "--dsh-root", "store", "--session", "z"});
+  CHECK(compressed.status == 0);
+  CHECK(compressed.err.empty());
+  CHECK(compressed.out.starts_with("log:       store/--srv-z--/z/session.jsonl.zstd\n"
+                                   "session:   z\n"
+                                   "mode:      workspace-write, set by the switch at seq 1"));
+  const Run switched = ws.policy({"set", "--dsh-root", "store", "--session", "z", "read-only"});
+  CHECK(switched.status == 0);
+  CHECK(switched.out == "appended sandbox/mode read-only at seq 2 to store/--srv-z--/z/session.jsonl.zstd\n");
+  CHECK(ws.policy({"show", "--dsh-root", "store", "--session", "z"})
+            .out.find("mode:      read-only, set by the switch at seq 2") != std::string::npos);
+#else
+  CHECK(listed.status == 1); // this build cannot read the Zstandard session
   CHECK(listed.out == "\"sample-basic\"  danger-full-access  session  "
                       "--home-dev-sample-project--/sample-basic/session.jsonl\n"
                       "\"sample-no-switch\"  workspace-write  session  _no-cwd/sample-no-switch/session.jsonl\n");
   CHECK(listed.err ==
         "dsh-policy: --srv-z--/z/session.jsonl.zstd: session log \"store/--srv-z--/z/session.jsonl.zstd\": "
-        "a Zstandard-compressed DSH session log; this version of the library reads only session.jsonl "
-        "(configure DSH with compression \"none\" to inspect this session)\n");
+        "cannot read a Zstandard-compressed session log: dsh-sandbox-policy was built without Zstandard "
+        "support (libzstd was not found)\n");
+#endif
 
   fs::remove_all(root / "--srv-z--");
   plant(root / "_no-cwd" / "fresh" / "session.jsonl",

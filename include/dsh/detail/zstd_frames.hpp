@@ -11,6 +11,8 @@
 /// it every entry point reports `zstd_unavailable_message`.
 #pragma once
 
+#include <dsh/detail/posix.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -49,7 +51,7 @@ inline constexpr bool zstd_available = DSH_SANDBOX_POLICY_HAS_ZSTD != 0;
 
 /// What every Zstandard entry point reports in a build without libzstd.
 inline constexpr std::string_view zstd_unavailable_message =
-    "this build of dsh-sandbox-policy has no Zstandard support (libzstd was not found)";
+    "dsh-sandbox-policy was built without Zstandard support (libzstd was not found)";
 
 /// How a walk over a Zstandard session log ended, or why a frame could not be written.
 enum class ZstdFrameStatus {
@@ -84,6 +86,13 @@ struct ZstdFrame {
   std::uint64_t end = 0;                 ///< Offset just past the frame (the file size when torn).
   bool torn = false;                     ///< The incomplete last frame: only its complete records.
   std::vector<std::string_view> records; ///< The frame's records, without their newlines.
+  std::string_view text;                 ///< The same records as one text, each with its newline.
+};
+
+/// Where a walk over the batches appended after the header frame starts: the file offset of a
+/// frame boundary.
+struct ZstdBatchesFrom {
+  std::uint64_t offset = 0;
 };
 
 /// The bytes of one encoded frame, or why there are none.
@@ -125,11 +134,9 @@ public:
     }
     std::size_t done = 0;
     while (done < wanted) {
-      const ::ssize_t got = ::pread(fd_, out + done, wanted - done, static_cast<::off_t>(offset + done));
+      const ::ssize_t got = retry_on_eintr(
+          [&]() noexcept { return ::pread(fd_, out + done, wanted - done, static_cast<::off_t>(offset + done)); });
       if (got < 0) {
-        if (errno == EINTR) {
-          continue;
-        }
         return -1;
       }
       if (got == 0) {
@@ -179,19 +186,15 @@ public:
   /// its size when the reader is made). An fd that is not a regular file ends the walk with io_error.
   explicit ZstdFrameReader(int fd, std::size_t max_frame_bytes = default_max_frame_bytes)
       : source_(std::string_view{}), max_frame_bytes_(max_frame_bytes) {
-    struct ::stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int error = errno;
-      fail(ZstdFrameStatus::io_error, 0,
-           "cannot inspect the Zstandard session log: " + std::string(std::strerror(error)));
-      return;
-    }
-    if (!S_ISREG(st.st_mode)) {
-      fail(ZstdFrameStatus::io_error, 0, "a Zstandard session log must be a regular file");
-      return;
-    }
-    source_ = zstd_frames::Source(fd, static_cast<std::uint64_t>(st.st_size));
-    start();
+    open_file(fd, 0);
+  }
+
+  /// Reads the frames of `fd` that start at byte `from` and after: the batches appended after a
+  /// part already read, so the first frame read is a batch, not the header frame. `from` must
+  /// be where a frame starts (the end of the last complete frame read before).
+  ZstdFrameReader(int fd, ZstdBatchesFrom from, std::size_t max_frame_bytes = default_max_frame_bytes)
+      : source_(std::string_view{}), max_frame_bytes_(max_frame_bytes) {
+    open_file(fd, from.offset);
   }
 
   ZstdFrameReader(const ZstdFrameReader&) = delete;
@@ -221,6 +224,30 @@ public:
   [[nodiscard]] const ZstdFrameOutcome& outcome() const noexcept { return outcome_; }
 
 private:
+  void open_file(int fd, std::uint64_t from) {
+    struct ::stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int error = errno;
+      fail(ZstdFrameStatus::io_error, 0,
+           "cannot inspect the Zstandard session log: " + std::string(std::strerror(error)));
+      return;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      fail(ZstdFrameStatus::io_error, 0, "a Zstandard session log must be a regular file");
+      return;
+    }
+    source_ = zstd_frames::Source(fd, static_cast<std::uint64_t>(st.st_size));
+    start();
+#if DSH_SANDBOX_POLICY_HAS_ZSTD
+    if (from > 0) {
+      position_ = from;
+      index_ = 1; // past the header frame
+    }
+#else
+    static_cast<void>(from);
+#endif
+  }
+
   void start() {
 #if DSH_SANDBOX_POLICY_HAS_ZSTD
     dctx_ = ZSTD_createDCtx();
@@ -391,6 +418,7 @@ private:
 
   void split_records(std::size_t length) {
     frame_.records.clear();
+    frame_.text = std::string_view(plain_.data(), length);
     std::size_t begin = 0;
     while (begin < length) {
       const std::size_t newline = plain_.find('\n', begin);
