@@ -1128,6 +1128,11 @@ int run(const Settings& settings) {
   const std::string cwd = deep_directory(root);
   const double load_before = load_average();
   Table table;
+  // First, while this process is small: the fence forks a supervisor from the host, and a
+  // fork copies the page tables of everything the host holds (the groups below grow the heap).
+  if (settings.wants("fence")) {
+    fence(settings, table, root);
+  }
   if (settings.wants("scale")) {
     scale_session(settings, table, cwd);
     scale_log(settings, table, root, cwd);
@@ -1143,9 +1148,6 @@ int run(const Settings& settings) {
   }
   if (settings.wants("resume")) {
     resume(settings, table, root);
-  }
-  if (settings.wants("fence")) {
-    fence(settings, table, root);
   }
   if (settings.wants("compile")) {
     compile_time(settings, table, root);
