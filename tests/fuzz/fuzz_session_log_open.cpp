@@ -15,13 +15,17 @@
 //  - after an append the log still opens, one row longer;
 //  - a Zstandard log (the input starts with a frame's magic; seeds `*.zst`) is refused or
 //    accepted under the same properties, except that a repair cuts a torn last frame and may
-//    write its complete rows back as one new frame after the cut.
+//    write its complete rows back as one new frame after the cut;
+//  - every line gets the same verdict, facts and error from the scanner whichever width
+//    searches its strings (byte by byte, 8-byte words, SSE2).
 #include <dsh/session_log.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -109,10 +113,48 @@ void check_accepted(dsh::SessionLog& log, std::string_view input) {
   }
 }
 
+/// What a scanner of `Width` makes of `row`: its error, or the facts it extracted.
+template <dsh::detail::slog::ScanWidth Width> std::string scan_outcome(std::string_view row) {
+  dsh::detail::slog::RowFacts facts;
+  dsh::detail::slog::BasicRowScanner<Width> scanner(row);
+  if (!scanner.scan(facts)) {
+    return scanner.error();
+  }
+  std::string text = "ok";
+  for (const dsh::detail::slog::Field* field : {&facts.type, &facts.seq, &facts.seq0, &facts.dt}) {
+    text += std::to_string(field->present) + std::to_string(field->valid) + std::to_string(field->escaped) + ":" +
+            std::to_string(field->number) + ":" + std::string(field->token);
+  }
+  return text + std::to_string(static_cast<int>(facts.kind)) + std::to_string(facts.lone_surrogate);
+}
+
+void check_scan_widths(std::string_view input) {
+  using dsh::detail::slog::ScanWidth;
+  for (std::size_t start = 0; start <= input.size();) {
+    const std::size_t end = std::min(input.find('\n', start), input.size());
+    // An exact copy, so that AddressSanitizer sees a read past the line.
+    const std::string_view line = input.substr(start, end - start);
+    const std::unique_ptr<char[]> copy(new char[line.size()]);
+    std::copy(line.begin(), line.end(), copy.get());
+    const std::string_view exact(copy.get(), line.size());
+    const std::string bytes = scan_outcome<ScanWidth::bytes>(exact);
+    if (scan_outcome<ScanWidth::words>(exact) != bytes) {
+      std::abort();
+    }
+#if defined(__SSE2__)
+    if (scan_outcome<ScanWidth::sse2>(exact) != bytes) {
+      std::abort();
+    }
+#endif
+    start = end + 1;
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
+  check_scan_widths(input);
   write_file(log_path(), input);
   try {
     auto log = dsh::SessionLog::open(log_path());

@@ -5,13 +5,20 @@
 
 #include <dsh/detail/json_text.hpp>
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <system_error>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace dsh::detail::slog {
 
@@ -212,15 +219,36 @@ struct RowFacts {
   bool lone_surrogate = false; ///< some string holds a lone UTF-16 surrogate escape
 };
 
+/// How the scanner finds the next byte of a string that needs a look of its own (a quote, a
+/// backslash, a control character or a non-ASCII byte): 16 bytes at a time with SSE2, 8 at a
+/// time in one 64-bit word (little-endian machines), or one byte at a time. All three accept
+/// exactly the same rows with the same errors; the tests run each that the machine has.
+enum class ScanWidth : std::uint8_t { bytes, words, sse2 };
+
+/// The widest way this build can scan strings.
+inline constexpr ScanWidth NATIVE_SCAN_WIDTH =
+#if defined(__SSE2__)
+    ScanWidth::sse2;
+#else
+    std::endian::native == std::endian::little ? ScanWidth::words : ScanWidth::bytes;
+#endif
+
 /// A validating single-pass scanner for one row: checks that the row is exactly one JSON
 /// value (RFC 8259 grammar, strings of well-formed UTF-8, any `\u` escape including a lone
 /// UTF-16 surrogate, nesting at most MAX_NESTING) and extracts the fields of `RowFacts`
 /// without building a tree. A duplicated key among the extracted ones is an error, because
 /// JSON leaves its meaning open. Everything it accepts, nlohmann_json parses once
 /// `replace_lone_surrogates` has rewritten the lone surrogate escapes nlohmann_json refuses.
-class RowScanner {
+/// `Width` chooses how strings are searched (see ScanWidth); it changes nothing else.
+template <ScanWidth Width = NATIVE_SCAN_WIDTH> class BasicRowScanner {
+#if !defined(__SSE2__)
+  static_assert(Width != ScanWidth::sse2, "this build has no SSE2");
+#endif
+  static_assert(Width == ScanWidth::bytes || std::endian::native == std::endian::little,
+                "the word scan reads the first special byte from the low end of a word");
+
 public:
-  explicit RowScanner(std::string_view row) noexcept
+  explicit BasicRowScanner(std::string_view row) noexcept
       : begin_(row.data()), p_(row.data()), end_(row.data() + row.size()) {}
 
   /// Scans the row into `facts`; returns false, with `error()` set, if it is not valid.
@@ -258,12 +286,24 @@ private:
   }
 
   void skip_space() noexcept {
+    // Rows as DSH writes them have no whitespace between tokens: one look decides, and the
+    // loop stays out of line so that this look is inlined everywhere.
+    if (p_ < end_ && static_cast<unsigned char>(*p_) <= ' ') {
+      skip_space_run();
+    }
+  }
+
+  void skip_space_run() noexcept {
     while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\r' || *p_ == '\n')) {
       ++p_;
     }
   }
 
+  /// Scans the value at the current position, after any whitespace.
   bool value(Slot slot, std::size_t depth) {
+    if (p_ < end_ && static_cast<unsigned char>(*p_) <= ' ') {
+      skip_space_run();
+    }
     if (p_ == end_) {
       return fail("expected a value");
     }
@@ -341,6 +381,23 @@ private:
   /// Scans a number into `field` as a non-negative integer when it is one.
   bool integer_member(Field& field, std::size_t depth) {
     const char* start = p_;
+    // The usual value: a plain integer without sign, fraction or exponent, read in one pass.
+    if (p_ < end_ && *p_ >= '1' && *p_ <= '9') {
+      std::uint64_t number = 0;
+      bool fits = true;
+      for (; p_ < end_ && is_ascii_digit(*p_); ++p_) {
+        const auto digit = static_cast<std::uint64_t>(*p_ - '0');
+        fits = fits && number <= (UINT64_MAX - digit) / 10;
+        number = number * 10 + digit;
+      }
+      const bool plain = p_ == end_ || (*p_ != '.' && *p_ != 'e' && *p_ != 'E');
+      if (plain && p_ - start <= 300) {
+        field.valid = fits;
+        field.number = number;
+        return true;
+      }
+      p_ = start;
+    }
     if (!value(Slot::none, depth)) {
       return false;
     }
@@ -353,16 +410,72 @@ private:
     return true;
   }
 
-  /// True if none of the 8 bytes is '"', '\\', a control character or non-ASCII. It may say
-  /// false for plain bytes that follow a special one: the exact byte loop decides then.
-  static bool plain_bytes(std::uint64_t word) noexcept {
+  /// True if byte `c` of a string needs a look of its own: '"', '\\', a control character
+  /// or a non-ASCII byte.
+  static constexpr bool special(unsigned char c) noexcept { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80; }
+
+  /// A mask with the high bit of each byte of `word` set where `special` holds, exact at its
+  /// lowest set byte (a subtraction's borrow can mark bytes above a special one, never below:
+  /// the scan only ever uses the lowest).
+  static constexpr std::uint64_t special_bits(std::uint64_t word) noexcept {
     constexpr std::uint64_t ones = 0x0101010101010101ULL;
     constexpr std::uint64_t highs = 0x8080808080808080ULL;
     const std::uint64_t quote = word ^ (ones * '"');
     const std::uint64_t backslash = word ^ (ones * '\\');
-    const std::uint64_t special =
-        ((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (word - ones * 0x20) | word;
-    return (special & highs) == 0;
+    const std::uint64_t below_space = (word - ones * 0x20) & ~word;
+    return (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | below_space | word) & highs;
+  }
+
+  /// Returns a mask of the special bytes among the `window` bytes at `at` after the first
+  /// `skip` of them, 0 when there is none: its lowest set bit marks the first special byte
+  /// (bit i for byte i with SSE2, bit 8i+7 in words mode). On a little-endian machine only.
+  static std::uint64_t special_mask(const char* at, unsigned skip) noexcept {
+#if defined(__SSE2__)
+    if constexpr (Width == ScanWidth::sse2) {
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+      // Signed: every byte from 0x80 up is negative, so one comparison finds both the control
+      // characters and the non-ASCII bytes.
+      const __m128i low = _mm_cmplt_epi8(bytes, _mm_set1_epi8(0x20));
+      const __m128i quote = _mm_cmpeq_epi8(bytes, _mm_set1_epi8('"'));
+      const __m128i backslash = _mm_cmpeq_epi8(bytes, _mm_set1_epi8('\\'));
+      const auto mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_or_si128(low, _mm_or_si128(quote, backslash))));
+      return mask >> skip;
+    }
+#endif
+    std::uint64_t word = 0;
+    std::memcpy(&word, at, 8);
+    // Shifting the word (not the mask) drops the skipped bytes before their borrows can mark
+    // a byte of interest; the zero bytes shifted in at the top are not of interest.
+    return special_bits(word >> (8 * skip)) & (~std::uint64_t{0} >> (8 * skip));
+  }
+
+  /// The bytes `special_mask` looks at.
+  static constexpr std::ptrdiff_t window = Width == ScanWidth::sse2 ? 16 : 8;
+
+  /// Moves to the next special byte of the string at or after the current position, or to the
+  /// end of the row; returns false at the end.
+  bool next_special() noexcept {
+    if constexpr (Width != ScanWidth::bytes) {
+      while (end_ - p_ >= window) {
+        const std::uint64_t mask = special_mask(p_, 0);
+        if (mask != 0) {
+          p_ += std::countr_zero(mask) / (Width == ScanWidth::sse2 ? 1 : 8);
+          return true;
+        }
+        p_ += window;
+      }
+      // The last few bytes: the window that ends with the row, when the row is that long.
+      if (p_ < end_ && end_ - begin_ >= window) {
+        const auto skip = static_cast<unsigned>(window - (end_ - p_));
+        const std::uint64_t mask = special_mask(end_ - window, skip);
+        p_ = mask != 0 ? p_ + std::countr_zero(mask) / (Width == ScanWidth::sse2 ? 1 : 8) : end_;
+        return mask != 0;
+      }
+    }
+    while (p_ < end_ && !special(static_cast<unsigned char>(*p_))) {
+      ++p_;
+    }
+    return p_ < end_;
   }
 
   bool escape() noexcept {
@@ -406,7 +519,34 @@ private:
     return true;
   }
 
+  /// Moves past the UTF-8 sequence at the current (non-ASCII) byte; fails unless it is well
+  /// formed. The well-formed sequences are decided here with the ranges of `utf8_sequence`;
+  /// anything else goes to it, so that it alone says what is wrong.
   bool utf8() noexcept {
+    const auto byte = [this](std::ptrdiff_t i) { return static_cast<unsigned char>(p_[i]); };
+    const std::ptrdiff_t left = end_ - p_;
+    const unsigned char lead = byte(0);
+    const auto continuation = [&byte](std::ptrdiff_t i) { return (byte(i) & 0xC0U) == 0x80U; };
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      if (left >= 2 && continuation(1)) {
+        p_ += 2;
+        return true;
+      }
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      const unsigned char low = lead == 0xE0 ? 0xA0 : 0x80;
+      const unsigned char high = lead == 0xED ? 0x9F : 0xBF;
+      if (left >= 3 && byte(1) >= low && byte(1) <= high && continuation(2)) {
+        p_ += 3;
+        return true;
+      }
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      const unsigned char low = lead == 0xF0 ? 0x90 : 0x80;
+      const unsigned char high = lead == 0xF4 ? 0x8F : 0xBF;
+      if (left >= 4 && byte(1) >= low && byte(1) <= high && continuation(2) && continuation(3)) {
+        p_ += 4;
+        return true;
+      }
+    }
     std::size_t consumed = 0;
     const std::size_t length =
         detail::utf8_sequence(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), &consumed);
@@ -423,11 +563,7 @@ private:
     ++p_;
     escaped_ = false;
     for (;;) {
-      std::uint64_t word = 0;
-      while (end_ - p_ >= 8 && (std::memcpy(&word, p_, 8), plain_bytes(word))) {
-        p_ += 8;
-      }
-      if (p_ == end_) {
+      if (!next_special()) {
         return fail("unterminated string");
       }
       const auto c = static_cast<unsigned char>(*p_);
@@ -442,8 +578,6 @@ private:
         }
       } else if (c < 0x20) {
         return fail("control character in a string");
-      } else if (c < 0x80) {
-        ++p_;
       } else if (!utf8()) {
         return false;
       }
@@ -455,29 +589,31 @@ private:
     if (slot != Slot::top && slot != Slot::data) {
       return nullptr;
     }
-    std::string decoded;
-    std::string_view name = token.substr(1, token.size() - 2);
     if (escaped_) {
-      decoded = decode_string_token(token);
-      name = decoded;
+      const std::string decoded = decode_string_token(token);
+      return member_named(slot, decoded);
     }
+    return member_named(slot, token.substr(1, token.size() - 2));
+  }
+
+  /// Returns the extracted member that key `name` (decoded) names in `slot` (top or data).
+  [[nodiscard]] Field* member_named(Slot slot, std::string_view name) noexcept {
     if (slot == Slot::data) {
       return name == "dt" ? &facts_->dt : nullptr;
     }
-    if (name == "type") {
-      return &facts_->type;
+    switch (name.size()) {
+    case 3:
+      return name == "seq" ? &facts_->seq : nullptr;
+    case 4:
+      return name == "type" ? &facts_->type : name == "seq0" ? &facts_->seq0 : name == "data" ? &data_ : nullptr;
+    default:
+      return nullptr;
     }
-    if (name == "seq") {
-      return &facts_->seq;
-    }
-    if (name == "seq0") {
-      return &facts_->seq0;
-    }
-    return name == "data" ? &data_ : nullptr;
   }
 
   /// Scans the value of a member; extracts it when `field` is one of the extracted members.
   bool member_value(Field* field, std::size_t depth) {
+    skip_space();
     if (field == nullptr) {
       return value(Slot::none, depth);
     }
@@ -501,6 +637,33 @@ private:
     return integer_member(*field, depth);
   }
 
+  /// True if `c` is JSON whitespace.
+  static constexpr bool is_space(char c) noexcept { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+  /// After a member or element: moves past the ',' (returns 1) or the `close` (returns 0)
+  /// that follows, after any whitespace; fails (returns -1) on anything else. Compact text,
+  /// as DSH writes it, takes one comparison.
+  int after_item(char close, const char* expected) noexcept {
+    for (;;) {
+      if (p_ < end_) {
+        if (*p_ == ',') {
+          ++p_;
+          return 1;
+        }
+        if (*p_ == close) {
+          ++p_;
+          return 0;
+        }
+        if (is_space(*p_)) {
+          skip_space_run();
+          continue;
+        }
+      }
+      fail(expected);
+      return -1;
+    }
+  }
+
   bool object(Slot slot, std::size_t depth) {
     if (depth > MAX_NESTING) {
       return fail("nesting deeper than 512");
@@ -512,6 +675,9 @@ private:
       return true;
     }
     for (;;) {
+      if (p_ < end_ && *p_ != '"') {
+        skip_space();
+      }
       if (p_ == end_ || *p_ != '"') {
         return fail("expected a string key");
       }
@@ -519,31 +685,26 @@ private:
       if (!string()) {
         return false;
       }
-      Field* field = member(slot, std::string_view(key, static_cast<std::size_t>(p_ - key)));
+      Field* field =
+          slot == Slot::none ? nullptr : member(slot, std::string_view(key, static_cast<std::size_t>(p_ - key)));
       if (field != nullptr && std::exchange(field->present, true)) {
         p_ = key;
         return fail("duplicate key");
       }
-      skip_space();
       if (p_ == end_ || *p_ != ':') {
-        return fail("expected ':'");
+        skip_space();
+        if (p_ == end_ || *p_ != ':') {
+          return fail("expected ':'");
+        }
       }
       ++p_;
-      skip_space();
       if (!member_value(field, depth)) {
         return false;
       }
-      skip_space();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        skip_space();
-        continue;
+      const int next = after_item('}', "expected ',' or '}'");
+      if (next <= 0) {
+        return next == 0;
       }
-      if (p_ < end_ && *p_ == '}') {
-        ++p_;
-        return true;
-      }
-      return fail("expected ',' or '}'");
     }
   }
 
@@ -564,17 +725,10 @@ private:
       if (slot == Slot::dt) {
         ++facts_->dt.number;
       }
-      skip_space();
-      if (p_ < end_ && *p_ == ',') {
-        ++p_;
-        skip_space();
-        continue;
+      const int next = after_item(']', "expected ',' or ']'");
+      if (next <= 0) {
+        return next == 0;
       }
-      if (p_ < end_ && *p_ == ']') {
-        ++p_;
-        return true;
-      }
-      return fail("expected ',' or ']'");
     }
   }
 
@@ -589,5 +743,8 @@ private:
   RowFacts* facts_ = nullptr;
   Field data_; ///< only its presence matters: "data" must not be duplicated
 };
+
+/// The scanner of this build (the widest string search it has).
+using RowScanner = BasicRowScanner<>;
 
 } // namespace dsh::detail::slog
