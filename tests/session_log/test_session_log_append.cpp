@@ -157,6 +157,11 @@ TEST_CASE("envelope members are written after data; a bad envelope writes nothin
   const std::string before = read_bytes(path);
   CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, {{"seq", 9}}), dsh::ConfigError);
   CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, nlohmann::json::array()), dsh::ConfigError);
+  // What is stored is refused when it is not UTF-8: envelope keys as well as values.
+  const dsh::LogError key = log_error_from([&] { log.append("user/message", {}, {{"caf\xE9", 1}}); });
+  CHECK(std::string(key.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
+  const dsh::LogError value = log_error_from([&] { log.append("user/message", {}, {{"note", "caf\xE9"}}); });
+  CHECK(std::string(value.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
   CHECK(read_bytes(path) == before);
   CHECK(log.next_seq() == 1);
 }

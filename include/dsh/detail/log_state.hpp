@@ -7,6 +7,7 @@
 #include <dsh/detail/log_format.hpp>
 #include <dsh/detail/log_io.hpp>
 #include <dsh/detail/posix.hpp>
+#include <dsh/detail/row_index.hpp>
 #include <dsh/detail/zstd_frames.hpp>
 #include <dsh/session_log_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -93,7 +94,7 @@ public:
       return;
     }
     Tally tally;
-    std::vector<std::uint64_t> starts;
+    RowIndex starts;
     const std::uint64_t end = for_each_row(fd.get(), path, 0, size, [&](std::string_view row, std::uint64_t offset) {
       if (++tally.lines == 1) {
         header = check_header(row, path, header_json);
@@ -159,7 +160,7 @@ public:
       return;
     }
     Tally tally = tally_;
-    std::vector<std::uint64_t> starts;
+    RowIndex starts;
     const std::uint64_t end = for_each_row(fd.get(), path, end_, size, [&](std::string_view row, std::uint64_t offset) {
       check_row(row, ++tally.lines, tally, path);
       starts.push_back(offset);
@@ -193,7 +194,8 @@ public:
     const std::string data_json = dump_or_throw(event.value["data"], path, "the event data");
     std::string envelope_json;
     for (const auto& [key, value] : members) {
-      envelope_json.append(",").append(json_string_literal(key)).append(":");
+      // Refused, like every stored string, when it is not UTF-8 (json_string_literal would repair it).
+      envelope_json.append(",").append(dump_or_throw(nlohmann::json(key), path, "the event envelope")).append(":");
       envelope_json.append(dump_or_throw(value, path, "the event envelope"));
     }
     const std::string time = std::to_string(detail::now_epoch_ms());
@@ -331,7 +333,7 @@ private:
   /// text and file offsets they reach, and a torn last frame's offset and complete records.
   struct ZstdScan {
     Tally tally;
-    std::vector<std::uint64_t> starts;
+    RowIndex starts;
     std::vector<FrameSpan> frames;
     std::uint64_t text_end = 0;
     std::uint64_t end = 0;
@@ -404,7 +406,6 @@ private:
       }
       frame = std::move(encoded.bytes);
       scan.frames.reserve(scan.frames.size() + 1);
-      scan.starts.reserve(scan.starts.size() + scan.recovered.size());
     }
     const std::size_t first_lost = scan.tally.lines + 1;
     if (::ftruncate(fd.get(), static_cast<off_t>(cut)) != 0 || ::fdatasync(fd.get()) != 0) {
@@ -465,13 +466,13 @@ private:
   }
 
   /// Makes validated rows visible to readers.
-  void publish(const Tally& tally, std::vector<std::uint64_t> starts, std::uint64_t end,
-               std::optional<TailRepair> repair, std::vector<FrameSpan> frames = {}, std::uint64_t text_end = 0) {
+  void publish(const Tally& tally, RowIndex starts, std::uint64_t end, std::optional<TailRepair> repair,
+               std::vector<FrameSpan> frames = {}, std::uint64_t text_end = 0) {
     const std::lock_guard lock(index_mutex_);
     if (starts_.empty()) {
       starts_ = std::move(starts); // the whole index of a load: no copy
     } else {
-      starts_.insert(starts_.end(), starts.begin(), starts.end());
+      starts_.append(starts);
     }
     if (frames_.empty()) {
       frames_ = std::move(frames);
@@ -491,9 +492,7 @@ private:
   /// write allocates nothing.
   void reserve_row() {
     const std::lock_guard lock(index_mutex_);
-    if (starts_.size() == starts_.capacity()) {
-      starts_.reserve(std::max<std::size_t>(16, 2 * starts_.capacity()));
-    }
+    starts_.reserve_for(encoding == DshLogEncoding::zstd ? text_end_ : end_);
     if (encoding == DshLogEncoding::zstd && frames_.size() == frames_.capacity()) {
       frames_.reserve(std::max<std::size_t>(16, 2 * frames_.capacity()));
     }
@@ -536,7 +535,7 @@ private:
   mutable std::mutex index_mutex_;
   // Where each event row begins: a file offset in a plain log, an offset in the text of all
   // batches in a Zstandard log. Guarded by index_mutex_, like the members up to mode_.
-  std::vector<std::uint64_t> starts_;
+  RowIndex starts_;
   std::uint64_t end_ = 0;            // end of the last validated line or frame in the file
   std::vector<FrameSpan> frames_;    // (Zstandard) the batch frames, in file order
   std::uint64_t text_end_ = 0;       // (Zstandard) the end of the text of all batches
