@@ -1,10 +1,11 @@
 /// @file
-/// A durable, file-backed session in DSH's raw JSONL layout (docs/contract.md#the-session-log).
+/// A durable, file-backed session in DSH's layouts, plain JSONL or Zstandard frames of JSONL
+/// (docs/contract.md#the-session-log).
 ///
 /// `dsh::SessionLog` satisfies `dsh::AppendableSession` and `dsh::HasSandboxModeOverride`, so
 /// `set_sandbox_mode`, `effective_mode`, `PolicyOwner::resolve` and `PolicyOwner::context` work
 /// on it unchanged. Opening validates every line without keeping a parsed tree of the events:
-/// the log keeps one file offset per row and parses a row only when `events()` reaches it.
+/// the log keeps where each row begins and parses a row only when `events()` reaches it.
 #pragma once
 
 #include <dsh/detail/log_state.hpp>
@@ -32,7 +33,7 @@
 
 namespace dsh {
 
-/// A session stored in a DSH JSONL file: line 1 the header, then one JSON row per line.
+/// A session stored in a DSH log file: line 1 the header, then one JSON row per line.
 ///
 /// Thread-safe: any number of threads may call any member at once. Several processes may
 /// append to one log when each opens its own `SessionLog`: every append takes an exclusive
@@ -144,17 +145,15 @@ public:
 
   /// Creates a new log at `path` holding only the header line
   /// `{"type":"session","version":0,"id":…,"createdAt":…,"cwd":…,"delegationDepth":0}`
-  /// (`cwd` only when the header has one); `options.lock_timeout` bounds the lock waits of
-  /// the returned log (the other options are about opening an existing file and do not
-  /// apply). The file appears whole or not at all: it is written and synced under a
-  /// temporary name beside `path`, then hard-linked to `path`, checked to be the file at that
-  /// name (same device and inode), and the directory is synced. Throws LogError if `path`
-  /// exists (nothing is overwritten), if the directory cannot be opened or written or does
-  /// not support hard links, or if `header` holds invalid UTF-8. When it throws after the
-  /// link (another process replaced the name in between, or the directory sync failed), it
-  /// first removes its own link: its message ends with "nothing was created", or, if even
-  /// that failed, says that the log exists and is valid. Throws ConfigError for a negative
-  /// lock timeout.
+  /// (`cwd` only when the header has one), stored as `options.encoding` says (plain, or one
+  /// checksummed Zstandard frame); `options.lock_timeout` bounds the lock waits of the returned
+  /// log (the other options are about opening an existing file and do not apply). The file appears whole or not at all:
+  /// it is written and synced under a temporary name beside `path`, then hard-linked to `path`, checked to be the file
+  /// at that name (same device and inode), and the directory is synced. Throws LogError if `path` exists (nothing is
+  /// overwritten), if the directory cannot be opened or written or does not support hard links, or if `header` holds
+  /// invalid UTF-8. When it throws after the link (another process replaced the name in between, or the directory sync
+  /// failed), it first removes its own link: its message ends with "nothing was created", or, if even that failed, says
+  /// that the log exists and is valid. Throws ConfigError for a negative lock timeout.
   [[nodiscard]] static SessionLog create(const std::filesystem::path& path, const SessionHeader& header,
                                          const SessionLogOptions& options = {}) {
     using namespace detail::slog;
@@ -239,9 +238,13 @@ public:
   /// optional string "cwd"; every further line a JSON object of well-formed UTF-8 with a
   /// string "type"; rows numbered without gaps from 0 ("seq" of an event, or "seq0" of a
   /// packed chunk row, whose "type" has no "/", covering `data.dt.size() + 1` seqs); every
-  /// `sandbox/mode` event passing `validate_event`. A last line without its final newline (a
-  /// torn append) is cut off, the file synced, and the repair reported by `tail_repair()`;
-  /// that is the only change open ever makes. Any other damage throws LogError naming the
+  /// `sandbox/mode` event passing `validate_event`. The file's first bytes decide its encoding:
+  /// a Zstandard frame's magic makes it a compressed log (docs/session-log.md#zstandard-session-logs),
+  /// whose decompressed lines follow the same rules and whose frame damage throws LogError
+  /// naming the frame's byte offset. A last line without its final newline (a torn append), or
+  /// an incomplete last frame, is cut off (the frame's complete rows written back as one new
+  /// frame), the file synced, and the repair reported by `tail_repair()`; that is the only change
+  /// open ever makes. Any other damage throws LogError naming the
   /// line and what is wrong, and leaves the file byte-for-byte unchanged. Memory use is one
   /// offset per row plus a read buffer that grows only to hold the longest line.
   ///
@@ -300,12 +303,12 @@ public:
   /// the open file is still the file at the log's name: if it was unlinked, replaced, or its
   /// directory removed, it throws LogError saying which, writes nothing, and this log refuses
   /// every later append and refresh until the log is opened again. It validates rows other
-  /// processes appended, writes the line with one write(2) on the O_APPEND descriptor and
-  /// fdatasyncs it: when append returns, the event is on disk. A failed or short write (also
-  /// EFBIG past a file-size limit: ignore SIGXFSZ, or that signal kills the process first) or
-  /// a failed sync cuts the file back to its previous length and throws LogError. Everything
-  /// append allocates is allocated before the write: std::bad_alloc reaches the caller with
-  /// the file unchanged, and once the line is written append cannot fail.
+  /// processes appended, writes the line (in a compressed log: one checksummed frame holding it)
+  /// with one write(2) on the O_APPEND descriptor and fdatasyncs it: when append returns, the event is on disk. A
+  /// failed or short write (also EFBIG past a file-size limit: ignore SIGXFSZ, or that signal kills the process first)
+  /// or a failed sync cuts the file back to its previous length and throws LogError. Everything append allocates is
+  /// allocated before the write: std::bad_alloc reaches the caller with the file unchanged, and once the line is
+  /// written append cannot fail.
   std::uint64_t append(std::string_view type, nlohmann::json data) {
     return state_->append(type, std::move(data), nlohmann::json::object());
   }
