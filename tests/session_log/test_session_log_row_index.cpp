@@ -12,10 +12,18 @@
 #include <stdexcept>
 #include <vector>
 
+// The sanitizers own operator new; the count is kept only in a build without them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DSH_TEST_COUNT_ALLOCATIONS 0
+#else
+#define DSH_TEST_COUNT_ALLOCATIONS 1
+#endif
+
 namespace {
 std::size_t allocations = 0;
 }
 
+#if DSH_TEST_COUNT_ALLOCATIONS
 void* operator new(std::size_t size) {
   ++allocations;
   if (void* memory = std::malloc(size == 0 ? 1 : size)) {
@@ -28,6 +36,7 @@ void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
 void* operator new[](std::size_t size) { return operator new(size); }
 void operator delete[](void* memory) noexcept { std::free(memory); }
 void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
+#endif
 
 using dsh::detail::slog::RowIndex;
 
@@ -66,13 +75,20 @@ TEST_CASE("row index: offsets read back exactly across blocks and 4 GiB jumps") 
 }
 
 TEST_CASE("row index: after reserve_for, push_back allocates nothing, also at a block boundary") {
+  if constexpr (DSH_TEST_COUNT_ALLOCATIONS) { // the count sees a push_back that was not reserved
+    const std::size_t start = allocations;
+    RowIndex probe;
+    probe.push_back(1);
+    CHECK(allocations > start);
+  }
   RowIndex index;
   std::uint64_t offset = 100;
   for (std::size_t i = 0; i < 2 * RowIndex::BLOCK_ROWS + 3; ++i) {
     index.reserve_for(offset);
     const std::size_t before = allocations;
     index.push_back(offset);
-    REQUIRE(allocations == before);
+    REQUIRE(allocations == before); // always 0 == 0 under a sanitizer, which counts nothing
+    REQUIRE(index[index.size() - 1] == offset);
     offset += i == RowIndex::BLOCK_ROWS / 2 ? (std::uint64_t{1} << 33) : 7; // a far row, too
   }
   CHECK(index.size() == 2 * RowIndex::BLOCK_ROWS + 3);
