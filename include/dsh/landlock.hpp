@@ -922,7 +922,9 @@ private:
     ::sigfillset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
     const detail::ThreadStatus own = detail::read_thread_status();
-    detail::reset_signal_dispositions(own.not_default);
+    // SIGCHLD always: SA_NOCLDWAIT makes even its default disposition reap every child
+    // unseen, and /proc lists it neither as ignored nor as caught.
+    detail::reset_signal_dispositions(own.not_default | 1ULL << (SIGCHLD - 1));
     detail::StartPlan plan = host_plan;
     plan.bounding = own.bounding;
     plan.ambient = own.ambient;

@@ -611,6 +611,23 @@ TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatev
   }
 }
 
+TEST_CASE("a host whose SIGCHLD keeps its default action with SA_NOCLDWAIT still gets the exit status") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::string seen = as_host(false, [&] {
+    struct sigaction no_zombies {};
+    no_zombies.sa_handler = SIG_DFL;
+    no_zombies.sa_flags = SA_NOCLDWAIT;
+    ::sigemptyset(&no_zombies.sa_mask);
+    if (::sigaction(SIGCHLD, &no_zombies, nullptr) != 0) {
+      return std::string("sigaction failed");
+    }
+    FencedCommand command({"sh", "-c", "exit 3"});
+    return std::to_string(command.run(PreparedFence::prepare(lab.policy(SandboxMode::workspace_write))));
+  });
+  CHECK(seen == "3");
+}
+
 TEST_CASE("the supervisor reads a mask of /proc/thread-self/status only from a whole, exact line") {
   using dsh::detail::status_mask;
   const std::string_view text =
