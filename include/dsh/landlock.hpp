@@ -867,7 +867,8 @@ private:
       return {applied.error, applied.step, detail::ChildStage::fence, -1};
     }
     if (fence.report().mode != SandboxMode::danger_full_access) {
-      if (const detail::ChildStep failed = detail::drop_fence_capabilities(); failed.error != 0) {
+      if (const detail::ChildStep failed = detail::drop_fence_capabilities(plan.bounding, plan.ambient);
+          failed.error != 0) {
         return failed;
       }
     }
@@ -908,17 +909,25 @@ private:
   /// The supervisor: the forked process between the host and the command. It never returns.
   ///
   /// Blocks every signal (it is stopped only by SIGKILL, and it reads SIGCHLD through a
-  /// signalfd), resets dispositions, becomes a child subreaper, starts the command with
+  /// signalfd), resets the dispositions that are not the default (as its status in /proc
+  /// lists them, with its capability sets), becomes a child subreaper, starts the command with
   /// vfork (the command shares this copy of the host only until exec), reports "started",
   /// closes everything of the host it inherited, then reaps until the command ends, the time
   /// limit passes or the host hangs up; kills and reaps every remaining descendant; reports
   /// how the call ended and exits with that status. Async-signal-safe throughout: the host
   /// may have other threads, whose locks this copy of it must never wait for.
-  [[noreturn]] void supervise(const PreparedFence& fence, const detail::StartPlan& plan, int report_fd) const noexcept {
+  [[noreturn]] void supervise(const PreparedFence& fence, const detail::StartPlan& host_plan,
+                              int report_fd) const noexcept {
     sigset_t all;
     ::sigfillset(&all);
     ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    detail::reset_signal_dispositions();
+    const detail::ThreadStatus own = detail::read_thread_status();
+    // SIGCHLD always: SA_NOCLDWAIT makes even its default disposition reap every child
+    // unseen, and /proc lists it neither as ignored nor as caught.
+    detail::reset_signal_dispositions(own.not_default | 1ULL << (SIGCHLD - 1));
+    detail::StartPlan plan = host_plan;
+    plan.bounding = own.bounding;
+    plan.ambient = own.ambient;
     detail::SupervisorReport report{};
     const auto fail = [&report, report_fd](const detail::ChildStep& failed) noexcept {
       report.kind = detail::SupervisorReport::failed;
@@ -958,12 +967,14 @@ private:
 
     int status = 0;
     bool command_ended = false;
+    bool none_left = false; // waitpid answered ECHILD: no child, so no descendant either
     int ending = detail::command_exited;
     const auto reap_ready = [&]() noexcept {
       for (;;) {
         int raw = 0;
         const ::pid_t done = ::waitpid(-1, &raw, WNOHANG | __WALL);
         if (done <= 0) {
+          none_left = done < 0 && errno == ECHILD;
           return;
         }
         if (done == command) {
@@ -1005,8 +1016,9 @@ private:
       ::kill(command, SIGKILL);
     }
     // Kill what is left, then reap one, then look again: whoever a killed process orphans
-    // is reparented here before its parent can be reaped, so the next look finds it.
-    for (;;) {
+    // is reparented here before its parent can be reaped, so the next look finds it. For
+    // the same reason, ECHILD after the command was reaped means nothing of the call is left.
+    while (!none_left) {
       detail::kill_listed_children(children);
       int raw = 0;
       const ::pid_t done = ::waitpid(-1, &raw, __WALL);
@@ -1132,7 +1144,9 @@ inline int FencedChild::wait() {
   if (pid_ < 0) {
     return status_;
   }
-  std::array<char, 16384> buffer{};
+  // Not zeroed: only what read() writes is used, and every page written while the supervisor
+  // (a forked copy of this process) lives is copied first.
+  std::array<char, 16384> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   detail::SupervisorReport& report = report_;
   std::size_t& report_bytes = report_bytes_;
   while (control_) {

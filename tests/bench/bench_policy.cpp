@@ -933,21 +933,46 @@ int spawn_and_wait(const std::vector<char*>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/// Medians of `runs` alternating wall-time measurements of `figure` and `baseline` (each
-/// returning whether it did what it should), in seconds.
-template <class Figure, class Baseline>
-std::pair<double, double> alternate(int runs, Figure&& figure, Baseline&& baseline, const std::string& what) {
-  std::vector<double> figures;
-  std::vector<double> baselines;
-  for (int run = 0; run < runs; ++run) {
-    auto start = Clock::now();
-    require(baseline(), what + ": the baseline failed");
-    baselines.push_back(seconds_since(start));
-    start = Clock::now();
-    require(figure(), what + ": the figure failed");
-    figures.push_back(seconds_since(start));
+/// Starts `argv` (argv[0] a path) with fork, execve in the child and waitpid, its stdio
+/// inherited; returns its exit status (-1 when it did not exit, 127 when execve failed).
+int fork_exec_and_wait(const std::vector<char*>& argv) {
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    throw std::system_error(errno, std::generic_category(), std::string("cannot fork to start ") + argv[0]);
   }
-  return {median(figures), median(baselines)};
+  if (pid == 0) {
+    ::execve(argv[0], argv.data(), environ);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// One measured step of `alternate`: its name for errors, and the call (returning whether
+/// it did what it should).
+struct Step {
+  std::string name;
+  std::function<bool()> call;
+};
+
+/// Medians of `runs` rounds of wall-time measurements, each round measuring every step once
+/// in the order given, in seconds (one per step, in that order).
+std::vector<double> alternate(int runs, const std::vector<Step>& steps) {
+  std::vector<std::vector<double>> times(steps.size());
+  for (int run = 0; run < runs; ++run) {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      const auto start = Clock::now();
+      require(steps[i].call(), steps[i].name + " failed");
+      times[i].push_back(seconds_since(start));
+    }
+  }
+  std::vector<double> medians;
+  for (std::vector<double>& each : times) {
+    medians.push_back(median(std::move(each)));
+  }
+  return medians;
 }
 
 /// A fenced `bash -c true` (resolve, prepare, run in workspace-write on a workspace with a
@@ -973,7 +998,6 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   std::string command = "true";
   std::string bash_path = *bash;
   const std::vector<char*> plain_argv{bash_path.data(), dash_c.data(), command.data(), nullptr};
-  const auto plain = [&] { return spawn_and_wait(plain_argv) == 0; };
   const auto fenced = [&] {
     const dsh::ResolvedPolicy policy = owner.resolve(log);
     const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, options);
@@ -981,21 +1005,27 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
     fenced_command.in_directory(policy.workspace_root);
     return policy.mode == dsh::SandboxMode::workspace_write && fenced_command.run(prepared) == 0;
   };
-  const auto [fenced_s, plain_s] = alternate(runs, fenced, plain, "fence");
-  table.ratio("Fence", "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write",
-              fenced_s * 1e9, "posix_spawn + waitpid of bash -c true", plain_s * 1e9, 1.3);
+  const std::vector<double> medians =
+      alternate(runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain_argv) == 0; }},
+                       {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain_argv) == 0; }},
+                       {"fence: the fenced call", fenced}});
+  const std::string figure = "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write";
+  table.ratio("Fence", figure, medians[2] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.3);
+  table.ratio("Fence", figure, medians[2] * 1e9, "posix_spawn + waitpid of bash -c true (vfork-like: stricter)",
+              medians[1] * 1e9, std::nullopt);
 
 #ifdef DSH_BENCH_SANDBOXED_BASH
   const std::string tool = DSH_BENCH_SANDBOXED_BASH;
-  const auto [tool_s, bash_s] = alternate(
-      runs,
-      [&] {
-        return run_process({tool, "--log", log_path.string(), "--", "true"}, false).exit_code == 0;
-      },
-      [&] {
-        return run_process({*bash, "-c", "true"}, false).exit_code == 0;
-      },
-      "dsh-sandboxed-bash");
+  const std::vector<double> tool_medians =
+      alternate(runs, {{"dsh-sandboxed-bash: bash -c true",
+                        [&] {
+                          return run_process({*bash, "-c", "true"}, false).exit_code == 0;
+                        }},
+                       {"dsh-sandboxed-bash", [&] {
+                          return run_process({tool, "--log", log_path.string(), "--", "true"}, false).exit_code == 0;
+                        }}});
+  const double bash_s = tool_medians[0];
+  const double tool_s = tool_medians[1];
   table.ratio("Fence", "dsh-sandboxed-bash --log L -- true (a process, wall time)", tool_s * 1e9, "bash -c true",
               bash_s * 1e9, std::nullopt);
 #else

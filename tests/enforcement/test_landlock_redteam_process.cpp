@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -131,6 +132,16 @@ int hostile(std::string_view action, const std::string& arg) {
   }
   if (action == "caps") {
     return report_capabilities();
+  }
+  if (action == "signals") { // the blocked and the ignored signals it started with
+    const std::string status = read_file("/proc/self/status");
+    for (const std::string_view key : {"SigBlk:", "SigIgn:"}) {
+      const std::size_t at = status.find("\n" + std::string(key));
+      if (at != std::string::npos) {
+        std::printf("%s\n", status.substr(at + 1, status.find('\n', at + 1) - at - 1).c_str());
+      }
+    }
+    return 0;
   }
   return 99;
 }
@@ -534,6 +545,100 @@ TEST_CASE("redteam: root gives up the dropped capabilities in the fenced modes")
       CHECK(run_captured(command, PreparedFence::prepare(lab.policy(mode))).out == "seize=" + n(EPERM) + "\n");
     }
   }
+}
+
+TEST_CASE("redteam: root with ambient capabilities and a smaller bounding set gives up the dropped ones") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: only a privileged host can raise ambient capabilities");
+  }
+  const Lab lab;
+  const std::string seen = as_host(false, [&] {
+    // cap_net_admin (dropped) and cap_chown (kept) inheritable, then ambient; cap_sys_boot
+    // (dropped) already gone from the bounding set, which the supervisor then reads as such.
+    constexpr unsigned net_admin = 12;
+    constexpr unsigned chown = 0;
+    constexpr unsigned sys_boot = 22;
+    dsh::detail::CapabilityHeader header{dsh::detail::capability_version_3, 0};
+    std::array<dsh::detail::CapabilityData, 2> sets{};
+    if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+      return std::string("capget failed");
+    }
+    sets[0].inheritable |= (1U << net_admin) | (1U << chown);
+    header = {dsh::detail::capability_version_3, 0};
+    if (::syscall(SYS_capset, &header, sets.data()) != 0 ||
+        ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<unsigned long>(net_admin), 0UL, 0UL) != 0 ||
+        ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, static_cast<unsigned long>(chown), 0UL, 0UL) != 0 ||
+        ::prctl(PR_CAPBSET_DROP, static_cast<unsigned long>(sys_boot), 0UL, 0UL, 0UL) != 0) {
+      return std::string("setting up the host's capabilities failed");
+    }
+    FencedCommand command = hostile_command("caps");
+    const Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+    const bool host_kept =
+        ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, static_cast<unsigned long>(net_admin), 0UL, 0UL) == 1;
+    return std::to_string(call.status) + " " + call.out + "host ambient net_admin=" + std::to_string(host_kept);
+  });
+  CHECK(seen == "0 held=0 bounding=0 ambient=0\nhost ambient net_admin=1");
+}
+
+TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatever the host set") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    const std::string seen = as_host(unprivileged, [&] {
+      // Ignored, caught and blocked signals, real-time ones included: a host may set any.
+      for (const int ignored : {SIGHUP, SIGPIPE, SIGUSR1, SIGRTMIN + 3}) {
+        std::signal(ignored, SIG_IGN);
+      }
+      for (const int caught : {SIGUSR2, SIGTERM, SIGRTMIN + 5}) {
+        std::signal(caught, [](int) {});
+      }
+      sigset_t blocked;
+      ::sigemptyset(&blocked);
+      for (const int signal : {SIGINT, SIGCHLD, SIGRTMIN + 1}) {
+        ::sigaddset(&blocked, signal);
+      }
+      ::sigprocmask(SIG_BLOCK, &blocked, nullptr);
+      FencedCommand command = hostile_command("signals");
+      const Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+      return std::to_string(call.status) + " " + call.out;
+    });
+    CHECK(seen == "0 SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  }
+}
+
+TEST_CASE("a host whose SIGCHLD keeps its default action with SA_NOCLDWAIT still gets the exit status") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::string seen = as_host(false, [&] {
+    struct sigaction no_zombies {};
+    no_zombies.sa_handler = SIG_DFL;
+    no_zombies.sa_flags = SA_NOCLDWAIT;
+    ::sigemptyset(&no_zombies.sa_mask);
+    if (::sigaction(SIGCHLD, &no_zombies, nullptr) != 0) {
+      return std::string("sigaction failed");
+    }
+    FencedCommand command({"sh", "-c", "exit 3"});
+    return std::to_string(command.run(PreparedFence::prepare(lab.policy(SandboxMode::workspace_write))));
+  });
+  CHECK(seen == "3");
+}
+
+TEST_CASE("the supervisor reads a mask of /proc/thread-self/status only from a whole, exact line") {
+  using dsh::detail::status_mask;
+  const std::string_view text =
+      "Name:\tx\nSigIgn:\t0000000000001000\nSigCgt:\t00000001800044a3\nCapBnd:\t000001FFFFFFFFFF\n"
+      "CapAmb:\t00000000000000\nXSigIgn:\t0000000000000001\n";
+  CHECK(status_mask(text, "SigIgn:\t") == std::optional<std::uint64_t>(0x1000));
+  CHECK(status_mask(text, "SigCgt:\t") == std::optional<std::uint64_t>(0x1800044a3));
+  CHECK(status_mask(text, "CapBnd:\t") == std::nullopt); // upper case is not what the kernel writes
+  CHECK(status_mask(text, "CapAmb:\t") == std::nullopt); // too short
+  CHECK(status_mask(text, "SigBlk:\t") == std::nullopt); // missing
+  CHECK(status_mask("SigIgn:\t00000000000010000\n", "SigIgn:\t") == std::nullopt); // too long
 }
 
 TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bounding set") {

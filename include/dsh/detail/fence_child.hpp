@@ -114,13 +114,88 @@ inline constexpr std::uint32_t capability_version_3 = 0x20080522U;
 inline constexpr unsigned cap_setpcap = 8;
 #endif
 
+/// What the calling thread's /proc/thread-self/status says about the signals and capabilities
+/// a fenced start must reset, as bit masks (bit N - 1 is signal N; bit N is CAP number N). A
+/// mask that could not be read stays all ones, which makes the caller reset or drop everything.
+struct ThreadStatus {
+  std::uint64_t not_default = ~0ULL; ///< signals ignored or caught (SigIgn | SigCgt)
+  std::uint64_t bounding = ~0ULL;    ///< the bounding set (CapBnd)
+  std::uint64_t ambient = ~0ULL;     ///< the ambient set (CapAmb)
+};
+
+/// The 16 hexadecimal digits after `key` at the start of a line of `text`, or nullopt when the
+/// line is missing or not exactly that. Async-signal-safe.
+[[nodiscard]] inline std::optional<std::uint64_t> status_mask(std::string_view text, std::string_view key) noexcept {
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (!line.starts_with(key)) {
+      continue;
+    }
+    const std::string_view digits = line.substr(key.size());
+    if (digits.size() != 16) {
+      return std::nullopt;
+    }
+    std::uint64_t mask = 0;
+    for (const char c : digits) {
+      const int value = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (value < 0) {
+        return std::nullopt;
+      }
+      mask = mask << 4U | static_cast<std::uint64_t>(value);
+    }
+    return mask;
+  }
+  return std::nullopt;
+}
+
+/// Reads the calling thread's `ThreadStatus` (one open and a read or two, instead of a system
+/// call per signal and per capability). Async-signal-safe: no allocation, a stack buffer.
+[[nodiscard]] inline ThreadStatus read_thread_status() noexcept {
+  ThreadStatus status;
+#if defined(__linux__)
+  const int fd = ::open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return status;
+  }
+  std::array<char, 8192> text; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  std::size_t size = 0;
+  for (;;) {
+    const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(fd, text.data() + size, text.size() - size); });
+    if (got <= 0) {
+      break;
+    }
+    size += static_cast<std::size_t>(got);
+    if (size == text.size()) {
+      break; // a later line may be cut: each mask below is read only from a whole line
+    }
+  }
+  ::close(fd);
+  const std::string_view read(text.data(), size);
+  const std::string_view whole = read.substr(0, read.rfind('\n') == std::string_view::npos ? 0 : read.rfind('\n') + 1);
+  const std::optional<std::uint64_t> ignored = status_mask(whole, "SigIgn:\t");
+  const std::optional<std::uint64_t> caught = status_mask(whole, "SigCgt:\t");
+  if (ignored && caught) {
+    status.not_default = *ignored | *caught;
+  }
+  status.bounding = status_mask(whole, "CapBnd:\t").value_or(~0ULL);
+  status.ambient = status_mask(whole, "CapAmb:\t").value_or(~0ULL);
+#endif
+  return status;
+}
+
 /// Sets no_new_privs and removes `fence_dropped_capabilities()` from the calling process's
 /// bounding, ambient, effective, permitted and inheritable sets, then checks the three sets it
-/// can read back. Async-signal-safe (raw prctl, capget and capset only). A process without
+/// can read back. `bounding` and `ambient` may name a superset of the process's bounding and
+/// ambient sets (`read_thread_status`): a capability outside them is not asked for (by default
+/// every one is). Async-signal-safe (raw prctl, capget and capset only). A process without
 /// CAP_SETPCAP cannot lower its bounding set; it holds none of those capabilities either, and
 /// no_new_privs keeps exec from granting any (set-user-ID bits and file capabilities are
 /// ignored), so its bounding set is left as it is. Returns the failed step, or error 0.
-[[nodiscard]] inline ChildStep drop_fence_capabilities() noexcept {
+[[nodiscard]] inline ChildStep drop_fence_capabilities(std::uint64_t bounding = ~0ULL,
+                                                       std::uint64_t ambient = ~0ULL) noexcept {
 #if defined(__linux__)
   constexpr ChildStage stage = ChildStage::capabilities;
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
@@ -146,11 +221,14 @@ inline constexpr unsigned cap_setpcap = 8;
   }
   for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
     const auto number = static_cast<unsigned long>(capability.number);
+    const std::uint64_t bit = 1ULL << number;
     // EINVAL: the running kernel does not know this capability (or has no ambient set).
-    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, number, 0UL, 0UL) != 0 && errno != EINVAL) {
+    if ((ambient & bit) != 0 && ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, number, 0UL, 0UL) != 0 &&
+        errno != EINVAL) {
       return {errno, "prctl(PR_CAP_AMBIENT_LOWER)", stage, capability.number};
     }
-    if (may_lower_bounding && ::prctl(PR_CAPBSET_DROP, number, 0UL, 0UL, 0UL) != 0 && errno != EINVAL) {
+    if (may_lower_bounding && (bounding & bit) != 0 && ::prctl(PR_CAPBSET_DROP, number, 0UL, 0UL, 0UL) != 0 &&
+        errno != EINVAL) {
       return {errno, "prctl(PR_CAPBSET_DROP)", stage, capability.number};
     }
   }
@@ -177,9 +255,10 @@ inline constexpr unsigned cap_setpcap = 8;
 #endif
 }
 
-/// Resets every signal's disposition to the default (the command starts as from a fresh
-/// login, whatever the host ignores or catches); async-signal-safe.
-inline void reset_signal_dispositions() noexcept {
+/// Resets the disposition of every signal in `which` (bit N - 1 for signal N; by default all)
+/// to the default (the command starts as from a fresh login, whatever the host ignores or
+/// catches); async-signal-safe.
+inline void reset_signal_dispositions(std::uint64_t which = ~0ULL) noexcept {
 #if defined(NSIG)
   constexpr int signal_count = NSIG;
 #else
@@ -189,7 +268,7 @@ inline void reset_signal_dispositions() noexcept {
   action.sa_handler = SIG_DFL;
   ::sigemptyset(&action.sa_mask);
   for (int signal = 1; signal < signal_count; ++signal) {
-    if (signal != SIGKILL && signal != SIGSTOP) {
+    if (signal != SIGKILL && signal != SIGSTOP && (signal > 64 || (which >> (signal - 1) & 1U) != 0)) {
       (void)::sigaction(signal, &action, nullptr); // the C library refuses its own reserved signals
     }
   }

@@ -26,21 +26,29 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
                                       int& links) {
   const std::filesystem::path absolute = absolute_native(spelled);
   std::filesystem::path prefix = absolute.root_path();
+  // canonical_path(prefix) when the last entry showed it without a second walk: a directory
+  // that is not a symbolic link is itself canonical beneath its canonical parent.
+  std::optional<std::filesystem::path> known;
   for (const std::filesystem::path& part : absolute.relative_path()) {
     if (part.empty() || part == ".") {
       continue;
     }
     if (part == "..") {
       prefix /= part;
+      known.reset();
       continue;
     }
-    const std::filesystem::path directory = canonical_path(prefix);
+    const std::filesystem::path directory = known ? std::move(*known) : canonical_path(prefix);
+    known.reset();
     std::filesystem::path entry = directory / part;
     prefix /= part;
     if (std::find(entries.begin(), entries.end(), entry) == entries.end()) {
       entries.push_back(entry);
     }
-    if (links > 0) {
+    struct stat status {};
+    if (::lstat(entry.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+      known = entry;
+    } else if (links > 0) {
       if (const std::optional<std::filesystem::path> target = dangling_link_target(entry)) {
         --links;
         append_resolution_entries(target->is_absolute() ? target->native() : (directory / *target).native(), entries,

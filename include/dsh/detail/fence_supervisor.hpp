@@ -85,11 +85,14 @@ inline void kill_listed_children(int list) noexcept {
 }
 
 /// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
-/// the controlling terminal (-1: none), and whether stdin defaults to /dev/null.
+/// the controlling terminal (-1: none), whether stdin defaults to /dev/null, and supersets of
+/// the bounding and ambient capability sets it starts with (all ones: not known).
 struct StartPlan {
   std::array<int, 3> stdio{-1, -1, -1};
   int terminal = -1;
   bool null_stdin = false;
+  std::uint64_t bounding = ~0ULL;
+  std::uint64_t ambient = ~0ULL;
 };
 
 } // namespace dsh::detail
