@@ -193,8 +193,14 @@ LogSource stored_source(const StoreOptions& options) {
 dsh::SessionLog open_log(const LogSource& source) {
   dsh::SessionLog log = source.stored ? dsh::open_dsh_session(*source.stored) : dsh::SessionLog::open(source.path);
   if (const auto repair = log.tail_repair()) {
-    std::cerr << "dsh-policy: session log " << dsh::json_string_literal(source.path) << " line " << repair->line
-              << ": cut off a torn last line (" << repair->removed_bytes << " bytes without a final newline)\n";
+    std::cerr << "dsh-policy: session log " << dsh::json_string_literal(source.path);
+    if (log.encoding() == dsh::DshLogEncoding::zstd) {
+      std::cerr << ": repaired a torn last frame at byte " << repair->offset << " (cut " << repair->removed_bytes
+                << " bytes; complete rows kept in a new frame: " << repair->recovered_rows << ")\n";
+    } else {
+      std::cerr << " line " << repair->line << ": cut off a torn last line (" << repair->removed_bytes
+                << " bytes without a final newline)\n";
+    }
   }
   return log;
 }

@@ -440,6 +440,29 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
   CHECK(switched.out == "appended sandbox/mode read-only at seq 2 to store/--srv-z--/z/session.jsonl.zstd\n");
   CHECK(ws.policy({"show", "--dsh-root", "store", "--session", "z"})
             .out.find("mode:      read-only, set by the switch at seq 2") != std::string::npos);
+
+  // A crash in the middle of a DSH flush: the last frame lost its checksum. show repairs it,
+  // keeps its complete row, and says so.
+  const fs::path z_log = root / "--srv-z--" / "z" / "session.jsonl.zstd";
+  const std::uint64_t before = fs::file_size(z_log);
+  {
+    const dsh::test::TempDir scratch;
+    std::ofstream(scratch / "in", std::ios::binary)
+        << R"({"type":"sandbox/mode","seq":3,"time":4,"data":{"mode":"danger-full-access"}})"
+           "\n";
+    const std::string command =
+        "zstd -q -f --check -o '" + (scratch / "out").string() + "' '" + (scratch / "in").string() + "'";
+    REQUIRE(std::system(command.c_str()) == 0);
+    const std::string batch = read_file(scratch / "out");
+    std::ofstream(z_log, std::ios::binary | std::ios::app) << batch.substr(0, batch.size() - 2);
+    const Run torn = ws.policy({"show", "--dsh-root", "store", "--session", "z"});
+    CHECK(torn.status == 0);
+    CHECK(torn.err == "dsh-policy: session log \"store/--srv-z--/z/session.jsonl.zstd\": repaired a torn last frame "
+                      "at byte " +
+                          std::to_string(before) + " (cut " + std::to_string(batch.size() - 2) +
+                          " bytes; complete rows kept in a new frame: 1)\n");
+    CHECK(torn.out.find("mode:      danger-full-access, set by the switch at seq 3") != std::string::npos);
+  }
 #else
   CHECK(listed.status == 1); // this build cannot read the Zstandard session
   CHECK(listed.out == "\"sample-basic\"  danger-full-access  session  "
