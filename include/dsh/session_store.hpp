@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 
 namespace dsh {
@@ -170,12 +171,24 @@ namespace dsh {
 /// elsewhere, for a file whose content is not in the encoding its name says (DSH would not
 /// read it), and for what `SessionLog::open` throws.
 [[nodiscard]] inline SessionLog open_dsh_session(const DshStoredSession& stored) {
-  SessionLog log = SessionLog::open(stored.path);
-  if (log.encoding() != stored.encoding) {
+  const auto refuse_mismatch = [&stored] {
     throw LogError(stored.path, 0,
                    stored.encoding == DshLogEncoding::zstd
                        ? "named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames"
                        : "named session.jsonl, but the file holds Zstandard frames, not plain JSON lines");
+  };
+  {
+    // Looked at before opening, which may repair a torn tail: a mismatched file is left as it is.
+    const UniqueFd peek = detail::slog::open_file(stored.path, O_RDONLY | O_NOFOLLOW, 0, stored.path);
+    const std::uint64_t size = detail::slog::regular_file_size(peek.get(), stored.path);
+    const bool compressed = detail::slog::starts_with_zstd_magic(peek.get(), stored.path, size);
+    if (size > 0 && compressed != (stored.encoding == DshLogEncoding::zstd)) {
+      refuse_mismatch();
+    }
+  }
+  SessionLog log = SessionLog::open(stored.path);
+  if (log.encoding() != stored.encoding) {
+    refuse_mismatch(); // the file was replaced in between
   }
   std::string project;
   std::string encoded;

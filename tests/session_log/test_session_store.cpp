@@ -212,11 +212,13 @@ TEST_CASE("a Zstandard log is found and opened; a name that lies about the encod
   const DshStoredSession stored = dsh::locate_dsh_session(root, "z");
   CHECK(stored.encoding == DshLogEncoding::zstd);
   CHECK(dsh::open_dsh_session(stored).sandbox_mode_override() == dsh::SandboxMode::danger_full_access);
-  // A plain session named as a compressed one, and a compressed one named as plain.
-  write_bytes(zstd, header + "\n" + mode + "\n");
+  // A plain session named as a compressed one, and a compressed one named as plain. Refused
+  // before anything is repaired: the torn last line stays.
+  write_bytes(zstd, header + "\n" + mode + "\n{\"type\":\"torn");
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==
         "session log \"" + zstd.native() +
             "\": named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames");
+  CHECK(read_bytes(zstd) == header + "\n" + mode + "\n{\"type\":\"torn");
   fs::rename(zstd, root / "_no-cwd" / "z" / "session.jsonl");
   write_bytes(root / "_no-cwd" / "z" / "session.jsonl", frame(header) + frame(mode));
   const DshStoredSession plain = dsh::locate_dsh_session(root, "z");
