@@ -6,6 +6,7 @@
 #include "support/catch.hpp"
 #include "support/session_log.hpp"
 #include "support/temp_dir.hpp"
+#include "support/zstd_cli.hpp"
 
 #include <dsh/detail/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
@@ -46,31 +47,13 @@ std::string frame(const std::vector<std::string_view>& lines) {
   return encoded.bytes;
 }
 
-/// Compresses `text` with the zstd command-line tool (one frame, content checksum) and returns
-/// the frame; `dir` holds the scratch files.
-std::string zstd_cli_frame(const TempDir& dir, std::string_view text) {
-  const auto in = dir / "cli-in";
-  const auto out = dir / "cli-out.zst";
-  write_bytes(in, text);
-  const std::string command = "zstd -q -f --check -o '" + out.string() + "' '" + in.string() + "'";
-  REQUIRE(std::system(command.c_str()) == 0);
-  std::string bytes = read_bytes(out);
-  std::filesystem::remove(in);
-  std::filesystem::remove(out);
-  return bytes;
-}
+/// Compresses `text` with the zstd command-line tool (one frame, content checksum).
+std::string zstd_cli_frame(std::string_view text) { return dsh::test::zstd_cli_compress(text); }
 
 /// Decompresses the whole file with the zstd command-line tool (which checks every checksum);
 /// returns its text, or "<zstd failed>".
-std::string zstd_cli_text(const TempDir& dir, const std::filesystem::path& path) {
-  const auto out = dir / "cli-text";
-  const std::string command = "zstd -q -d -f -o '" + out.string() + "' '" + path.string() + "'";
-  if (std::system(command.c_str()) != 0) {
-    return "<zstd failed>";
-  }
-  std::string text = read_bytes(out);
-  std::filesystem::remove(out);
-  return text;
+std::string zstd_cli_text(const std::filesystem::path& path) {
+  return dsh::test::zstd_cli_decompress(path).value_or("<zstd failed>");
 }
 
 /// The rows of the log as compact JSON text, oldest first.
@@ -133,7 +116,7 @@ TEST_CASE("zstd log: create writes a header frame, each append one checksummed f
   SessionLog log = SessionLog::create(path, SessionHeader{"z1", "/w", 1700000000000}, options);
   CHECK(log.encoding() == DshLogEncoding::zstd);
   const std::string header_text = dsh::test::header_line("z1", 1700000000000, R"("/w")");
-  CHECK(zstd_cli_text(dir, path) == header_text);
+  CHECK(zstd_cli_text(path) == header_text);
   const std::uint64_t header_size = std::filesystem::file_size(path);
 
   CHECK(log.append("assistant/text", {{"text", "one"}}) == 0);
@@ -157,7 +140,7 @@ TEST_CASE("zstd log: create writes a header frame, each append one checksummed f
   CHECK(offsets.front() == 0);
   CHECK(offsets[1] == header_size);
 
-  const std::string text = zstd_cli_text(dir, path);
+  const std::string text = zstd_cli_text(path);
   REQUIRE(text.starts_with(header_text));
   std::vector<std::string> lines;
   for (std::size_t at = header_text.size(); at < text.size();) {
@@ -184,8 +167,7 @@ TEST_CASE("zstd log: frames written by the zstd tool open, and C++ appends after
   const auto path = dir / "session.jsonl.zstd";
   const std::vector<std::string> batch1{row(0, "a"), row(1, "b")};
   const std::vector<std::string> batch2{mode_row(2, "danger-full-access"), row(3, "c"), row(4, "d")};
-  write_bytes(path, zstd_cli_frame(dir, HEADER + "\n") + zstd_cli_frame(dir, joined(batch1)) +
-                        zstd_cli_frame(dir, joined(batch2)));
+  write_bytes(path, zstd_cli_frame(HEADER + "\n") + zstd_cli_frame(joined(batch1)) + zstd_cli_frame(joined(batch2)));
   {
     SessionLog log = SessionLog::open(path);
     CHECK(log.encoding() == DshLogEncoding::zstd);
@@ -195,7 +177,7 @@ TEST_CASE("zstd log: frames written by the zstd tool open, and C++ appends after
     dsh::set_sandbox_mode(log, SandboxMode::read_only);
     CHECK(log.append("assistant/text", {{"text", "e"}}) == 6);
   }
-  const std::string text = zstd_cli_text(dir, path);
+  const std::string text = zstd_cli_text(path);
   CHECK(text.starts_with(HEADER + "\n" + joined(batch1) + joined(batch2)));
   const SessionLog log = SessionLog::open(path);
   CHECK(log.events().size() == 7);
@@ -253,7 +235,7 @@ TEST_CASE("zstd log: a last frame cut at every byte is repaired, complete rows k
     // opening it again finds nothing to repair.
     const std::string repaired = read_bytes(path);
     CHECK(repaired.substr(0, last) == original.substr(0, last));
-    CHECK(zstd_cli_text(dir, path) == HEADER + "\n" + joined(expected));
+    CHECK(zstd_cli_text(path) == HEADER + "\n" + joined(expected));
     const SessionLog again = SessionLog::open(path);
     CHECK_FALSE(again.tail_repair().has_value());
     CHECK(rows_of(again) == compact);
@@ -307,9 +289,8 @@ TEST_CASE("zstd log: corruption at every frame boundary is refused naming the fr
           "corrupt Zstandard session log: invalid frame magic at byte " + std::to_string(built.size));
   ++cases;
   // A complete frame whose text ends inside a record (no final newline).
-  refused(original + zstd_cli_frame(dir, row(6)),
-          "corrupt Zstandard session log: the complete frame starting at byte " + std::to_string(built.size) +
-              " ends inside a record");
+  refused(original + zstd_cli_frame(row(6)), "corrupt Zstandard session log: the complete frame starting at byte " +
+                                                 std::to_string(built.size) + " ends inside a record");
   ++cases;
   INFO("corruption cases: " << cases);
   CHECK(cases == 3 * 3 + 2);
@@ -401,7 +382,7 @@ TEST_CASE("zstd log: two writers share one compressed log; a crashed writer's to
   second.refresh();
   CHECK(second.events().size() == 6);
   CHECK(second.events()[5]["data"]["text"] == "after repair");
-  CHECK(zstd_cli_text(dir, path).find("after repair") != std::string::npos);
+  CHECK(zstd_cli_text(path).find("after repair") != std::string::npos);
 }
 
 TEST_CASE("zstd log: a forged or out-of-sequence row inside a frame is refused like in a plain log") {

@@ -3,6 +3,7 @@
 // errors, `set`, and the inspector reading the log the demo leaves behind.
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
+#include "support/zstd_cli.hpp"
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -366,20 +367,13 @@ namespace {
 /// A compressed DSH session "z" (cwd /srv/z) as the zstd tool writes it: a header frame, then one
 /// batch frame of two rows, the second switching to workspace-write.
 std::string compressed_session() {
-  const dsh::test::TempDir scratch;
-  const auto frame = [&](const std::string& text) {
-    std::ofstream(scratch / "in", std::ios::binary) << text;
-    const std::string command =
-        "zstd -q -f --check -o '" + (scratch / "out").string() + "' '" + (scratch / "in").string() + "'";
-    REQUIRE(std::system(command.c_str()) == 0);
-    return read_file(scratch / "out");
-  };
-  return frame(R"({"type":"session","version":0,"id":"z","createdAt":1,"cwd":"/srv/z","delegationDepth":0})"
-               "\n") +
-         frame(R"({"type":"user/message","seq":0,"time":2,"data":{"text":"hi"}})"
-               "\n"
-               R"({"type":"sandbox/mode","seq":1,"time":3,"data":{"mode":"workspace-write"}})"
-               "\n");
+  using dsh::test::zstd_cli_compress;
+  return zstd_cli_compress(R"({"type":"session","version":0,"id":"z","createdAt":1,"cwd":"/srv/z","delegationDepth":0})"
+                           "\n") +
+         zstd_cli_compress(R"({"type":"user/message","seq":0,"time":2,"data":{"text":"hi"}})"
+                           "\n"
+                           R"({"type":"sandbox/mode","seq":1,"time":3,"data":{"mode":"workspace-write"}})"
+                           "\n");
 }
 
 /// Writes `content` to `path`, creating its directories.
@@ -446,14 +440,9 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
   const fs::path z_log = root / "--srv-z--" / "z" / "session.jsonl.zstd";
   const std::uint64_t before = fs::file_size(z_log);
   {
-    const dsh::test::TempDir scratch;
-    std::ofstream(scratch / "in", std::ios::binary)
-        << R"({"type":"sandbox/mode","seq":3,"time":4,"data":{"mode":"danger-full-access"}})"
-           "\n";
-    const std::string command =
-        "zstd -q -f --check -o '" + (scratch / "out").string() + "' '" + (scratch / "in").string() + "'";
-    REQUIRE(std::system(command.c_str()) == 0);
-    const std::string batch = read_file(scratch / "out");
+    const std::string batch =
+        dsh::test::zstd_cli_compress(R"({"type":"sandbox/mode","seq":3,"time":4,"data":{"mode":"danger-full-access"}})"
+                                     "\n");
     std::ofstream(z_log, std::ios::binary | std::ios::app) << batch.substr(0, batch.size() - 2);
     const Run torn = ws.policy({"show", "--dsh-root", "store", "--session", "z"});
     CHECK(torn.status == 0);
