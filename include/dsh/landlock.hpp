@@ -82,11 +82,11 @@ struct LandlockRight {
   bool file_right;       ///< may be granted on a non-directory (landlock_add_rule refuses others)
 };
 
-/// Every right the fence handles, in kernel bit order. Deliberately absent: EXECUTE,
-/// READ_FILE and READ_DIR (reads and execution are never restricted) and IOCTL_DEV (ABI 5):
-/// it gates every driver ioctl on a device opened after the fence, including reads such as
-/// a terminal's TCGETS, while writing to a device already needs WRITE_FILE at open time.
-inline constexpr std::array<LandlockRight, 12> LANDLOCK_WRITE_RIGHTS{{
+/// Every right the fence handles, in kernel bit order: the write-class rights, and
+/// IOCTL_DEV (ABI 5), which gates the driver ioctls of a device opened after the fence (a
+/// terminal's TCSETS among them). Deliberately absent: EXECUTE, READ_FILE and READ_DIR (reads
+/// and execution are never restricted).
+inline constexpr std::array<LandlockRight, 13> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 1, "write_file", 1, true},
     {1ULL << 4, "remove_dir", 1, false},
     {1ULL << 5, "remove_file", 1, false},
@@ -99,6 +99,7 @@ inline constexpr std::array<LandlockRight, 12> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 12, "make_sym", 1, false},
     {1ULL << 13, "refer", 2, false},
     {1ULL << 14, "truncate", 3, true},
+    {1ULL << 15, "ioctl_dev", 5, true},
 }};
 
 /// The rights of `LANDLOCK_WRITE_RIGHTS` that Landlock ABI `abi` knows; 0 for `abi` <= 0.
@@ -123,12 +124,14 @@ inline constexpr std::array<LandlockRight, 12> LANDLOCK_WRITE_RIGHTS{{
   return rights;
 }
 
-/// make_char and make_block: creating a device node is never granted, in any grant, so that
-/// a fenced command cannot make a node for a disk (or any device) and write through it.
-[[nodiscard]] constexpr std::uint64_t landlock_device_node_rights() noexcept {
+/// make_char, make_block and ioctl_dev: never granted beneath a directory, so that a fenced
+/// command can neither make a node for a disk (or any device) and write through it, nor drive
+/// a device found beneath a grant. ioctl_dev is granted only on the devices a command
+/// legitimately drives (`PreparedFence::prepare` lists them).
+[[nodiscard]] constexpr std::uint64_t landlock_device_rights() noexcept {
   std::uint64_t rights = 0;
   for (const LandlockRight& right : LANDLOCK_WRITE_RIGHTS) {
-    if (right.name == "make_char" || right.name == "make_block") {
+    if (right.name == "make_char" || right.name == "make_block" || right.name == "ioctl_dev") {
       rights |= right.bit;
     }
   }
@@ -209,6 +212,16 @@ struct FenceReport {
   std::uint64_t handled_net = 0;  ///< landlock_net_* bits refused everywhere (FenceOptions::deny_tcp)
   std::vector<FenceGrant> grants; ///< in the order the rules were added
   std::vector<std::string> notes; ///< areas or devices not granted and why; missing scopes; the reason when unfenced
+  /// The session's private temporary directory (workspace-write), granted to this session
+  /// alone; the command's TMPDIR points at it. Empty when none.
+  std::filesystem::path temporary_directory{};
+  /// True when the system-call filter (docs/enforcement.md#the-system-call-filter) is installed
+  /// before exec: read-only and workspace-write, whether or not Landlock is available.
+  bool syscall_filter = false;
+  /// How the host's System V IPC and POSIX message queues are kept out of reach when
+  /// `syscall_filter` is on: true when the command gets a new IPC namespace (a host holding
+  /// CAP_SYS_ADMIN), false when the filter refuses the calls.
+  bool ipc_namespace = false;
 
   /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
   /// grants and notes; paths as JSON string literals.
@@ -242,6 +255,12 @@ struct FenceReport {
       if (grants.empty()) {
         text += " nothing";
       }
+    }
+    if (!temporary_directory.empty()) {
+      text += "; temporary directory: " + json_string_literal(temporary_directory.native());
+    }
+    if (syscall_filter) {
+      text += ipc_namespace ? "; syscall filter: on, own IPC namespace" : "; syscall filter: on, System V IPC refused";
     }
     for (const std::string& note : notes) {
       text += "; " + note;
@@ -289,6 +308,30 @@ struct FenceOptions {
   /// note, when it is missing or would expose a protected path). The model text does not
   /// mention them: grant only what the host tells the model about itself.
   std::vector<std::filesystem::path> extra_writable{};
+  /// The pseudo-terminal the command runs on, for the terminal family: the path of the child
+  /// side the host opened (ptsname(3) of its master). It and /dev/tty (which then names it)
+  /// get write_file and ioctl_dev, so that programs which reopen their terminal (less, vim, a
+  /// password prompt) work. Every other device opened after the fence keeps its driver ioctls
+  /// refused (ABI 5), the host's own terminal included. Empty: none.
+  std::filesystem::path terminal{};
+  /// Where the private temporary directory of each session is made in workspace-write: an
+  /// absolute directory the host's effective user owns, with no group or other write bit
+  /// (created with mode 0700 when missing; its parent must exist). Empty: the default,
+  /// `$XDG_RUNTIME_DIR/dsh-sandbox-policy` when XDG_RUNTIME_DIR is an absolute directory of
+  /// mode 0700 the user owns, else `/tmp/dsh-sandbox-policy-<euid>`.
+  std::filesystem::path temporary_root{};
+  /// Names the session's private temporary directory beneath `temporary_root`, so that every
+  /// call of the session finds the files earlier calls left there. Empty: the session log's
+  /// canonical path names it; without a log either, the fence gets a directory of its own,
+  /// removed when the fence is destroyed. See `PreparedFence::remove_temporary_directory`.
+  std::string session_id{};
+  /// Also grant the shared temporary areas in workspace-write, as before the private
+  /// directory existed: /tmp, /var/tmp, /dev/shm and an eligible $TMPDIR. Off by default:
+  /// what one session's command leaves or changes there, another session's reads, runs or
+  /// follows (another session's log or workspace kept there can be forged or swapped for a
+  /// link; guards protect only this call's own session). Turn it on only for a host with one
+  /// session at a time, or whose sessions keep nothing there.
+  bool shared_temporary_areas = false;
   /// Refuse every TCP bind and connect in read-only and workspace-write (Landlock ABI 4,
   /// Linux 6.7; prepare throws LandlockError on an older kernel). Off by default: the model
   /// text says nothing about the network.
@@ -387,6 +430,7 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 #include <dsh/detail/fence_guards.hpp>
 #include <dsh/detail/fence_supervisor.hpp>
 #include <dsh/detail/landlock_kernel.hpp>
+#include <dsh/detail/private_temporary.hpp>
 #include <dsh/detail/temporary_areas.hpp>
 
 namespace dsh {
@@ -418,7 +462,23 @@ public:
   /// call (the message names the path), when the workspace root cannot be opened, or when a
   /// Landlock call fails.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
-    return detail::prepare_fence(policy, options, detail::probe_landlock(), std::getenv("TMPDIR"));
+    return detail::prepare_fence(policy, options, detail::probe_landlock(), detail::HostEnvironment::current());
+  }
+
+  /// Removes the private temporary directory `prepare(policy, options)` makes for the session
+  /// `options` names (`session_id`, else `session_log`), with everything in it: call it when
+  /// the session ends and none of its calls runs. Returns true when it was removed or did not
+  /// exist. Throws LandlockError when `options` names no session (a fence without one removes
+  /// its own directory), or names a temporary root that is not absolute.
+  static bool remove_temporary_directory(const FenceOptions& options) {
+    if (options.session_id.empty() && options.session_log.empty()) {
+      throw LandlockError("PreparedFence::remove_temporary_directory: expected FenceOptions naming a session "
+                          "(session_id or session_log), got neither");
+    }
+    const detail::HostEnvironment environment = detail::HostEnvironment::current();
+    const std::filesystem::path directory =
+        canonical_path(detail::temporary_root_of(options, environment)) / detail::private_temporary_name(options);
+    return detail::remove_tree(directory);
   }
 
   PreparedFence(const PreparedFence&) = delete;
@@ -427,7 +487,8 @@ public:
   PreparedFence(PreparedFence&& other) noexcept = default;
   /// Transfers the ruleset, closing this one's.
   PreparedFence& operator=(PreparedFence&& other) noexcept = default;
-  /// Closes the ruleset descriptor (children that already applied it stay fenced).
+  /// Closes the ruleset descriptor (children that already applied it stay fenced) and, for a
+  /// fence that names no session, removes its private temporary directory.
   ~PreparedFence() = default;
 
   /// What the fence enforces (status, mode, ABI, handled rights, grants).
@@ -462,12 +523,13 @@ public:
 
 private:
   friend PreparedFence detail::prepare_fence(const ResolvedPolicy&, const FenceOptions&, detail::LandlockProbe,
-                                             const char*);
-  PreparedFence(FenceReport report, UniqueFd ruleset) noexcept
-      : report_(std::move(report)), ruleset_(std::move(ruleset)) {}
+                                             const detail::HostEnvironment&);
+  PreparedFence(FenceReport report, UniqueFd ruleset, detail::OwnedDirectory temporary = {}) noexcept
+      : report_(std::move(report)), ruleset_(std::move(ruleset)), temporary_(std::move(temporary)) {}
 
   FenceReport report_;
   UniqueFd ruleset_;
+  detail::OwnedDirectory temporary_; // a fence without a session owns its temporary directory
 };
 
 class FencedCommand;

@@ -17,6 +17,7 @@
 #include <linux/landlock.h>
 #endif
 
+using dsh::FenceOptions;
 using dsh::FenceStatus;
 using dsh::PreparedFence;
 using dsh::SandboxMode;
@@ -50,15 +51,18 @@ static_assert(refer == LANDLOCK_ACCESS_FS_REFER);
 static_assert(truncate_right == LANDLOCK_ACCESS_FS_TRUNCATE);
 #endif
 
-// Reads, execution and device ioctls are never handled, whatever the ABI.
+// Reads and execution are never handled, whatever the ABI; device ioctls are, from ABI 5.
 constexpr std::uint64_t execute = 1ULL << 0;
 constexpr std::uint64_t read_file_right = 1ULL << 2;
 constexpr std::uint64_t read_dir = 1ULL << 3;
 constexpr std::uint64_t ioctl_dev = 1ULL << 15;
-static_assert((dsh::landlock_write_rights(INT_MAX) & (execute | read_file_right | read_dir | ioctl_dev)) == 0);
+static_assert((dsh::landlock_write_rights(INT_MAX) & (execute | read_file_right | read_dir)) == 0);
+#if defined(LANDLOCK_ACCESS_FS_IOCTL_DEV)
+static_assert(ioctl_dev == LANDLOCK_ACCESS_FS_IOCTL_DEV);
+#endif
 
 const std::string all_rights_text = "write_file,remove_dir,remove_file,make_char,make_dir,make_reg,"
-                                    "make_sock,make_fifo,make_block,make_sym,refer,truncate";
+                                    "make_sock,make_fifo,make_block,make_sym,refer,truncate,ioctl_dev";
 
 /// Creates `path` with "new" through bash under `fence`; returns bash's exit code.
 int bash_creates(const PreparedFence& fence, const Lab& lab, const std::filesystem::path& path) {
@@ -73,9 +77,12 @@ TEST_CASE("the handled rights grow with the Landlock ABI and hold only write-cla
   STATIC_REQUIRE(dsh::landlock_write_rights(1) == abi1_rights);
   STATIC_REQUIRE(dsh::landlock_write_rights(2) == (abi1_rights | refer));
   STATIC_REQUIRE(dsh::landlock_write_rights(3) == (abi1_rights | refer | truncate_right));
-  STATIC_REQUIRE(dsh::landlock_write_rights(7) == dsh::landlock_write_rights(3));
-  STATIC_REQUIRE(dsh::landlock_file_rights() == ((1ULL << 1) | truncate_right));
-  CHECK(dsh::landlock_rights_to_string(dsh::landlock_write_rights(3)) == all_rights_text);
+  STATIC_REQUIRE(dsh::landlock_write_rights(4) == dsh::landlock_write_rights(3));
+  STATIC_REQUIRE(dsh::landlock_write_rights(5) == (dsh::landlock_write_rights(3) | ioctl_dev));
+  STATIC_REQUIRE(dsh::landlock_write_rights(7) == dsh::landlock_write_rights(5));
+  STATIC_REQUIRE(dsh::landlock_file_rights() == ((1ULL << 1) | truncate_right | ioctl_dev));
+  STATIC_REQUIRE(dsh::landlock_device_rights() == ((1ULL << 6) | (1ULL << 11) | ioctl_dev));
+  CHECK(dsh::landlock_rights_to_string(dsh::landlock_write_rights(5)) == all_rights_text);
   CHECK(dsh::landlock_rights_to_string(0).empty());
   CHECK(dsh::landlock_rights_to_string(truncate_right | (1ULL << 40)) == "truncate,bit40");
 }
@@ -88,8 +95,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
   const std::uint64_t device_rights = handled & dsh::landlock_file_rights();
   const std::string head = " (Landlock ABI " + std::to_string(abi) +
                            "); handled: " + dsh::landlock_rights_to_string(handled) +
-                           (abi < 3 ? "; not enforceable on this kernel: " +
-                                          dsh::landlock_rights_to_string(dsh::landlock_write_rights(3) & ~handled)
+                           (abi < 5 ? "; not enforceable on this kernel: " +
+                                          dsh::landlock_rights_to_string(dsh::landlock_write_rights(INT_MAX) & ~handled)
                                     : std::string()) +
                            (abi >= 6 ? "; scoped: signal,abstract_unix_socket" : "") + "; granted: ";
   const std::string scope_note = abi >= 6 ? std::string()
@@ -106,7 +113,7 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.mode == SandboxMode::read_only);
     CHECK(report.abi == abi);
     CHECK(report.handled == handled);
-    CHECK(report.unenforced == (dsh::landlock_write_rights(3) & ~handled));
+    CHECK(report.unenforced == (dsh::landlock_write_rights(INT_MAX) & ~handled));
     REQUIRE(report.grants.size() == 3);
     CHECK(report.grants[0] == dsh::FenceGrant{"/dev/null", device_rights});
     CHECK(report.grants[1] == dsh::FenceGrant{"/dev/zero", device_rights});
@@ -116,29 +123,61 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.notes.size() == (abi >= 6 ? 0U : 1U));
     CHECK(report.describe() == "enforced read-only" + head + devices + scope_note);
   }
-  SECTION("workspace-write adds the root and the temporary areas with every handled right but device nodes") {
-    const char* saved = std::getenv("TMPDIR");
-    const std::string saved_value = saved != nullptr ? saved : "";
+  SECTION("workspace-write adds the root and the session's private temporary directory, with every handled "
+          "right but device nodes and device ioctls") {
     const std::filesystem::path own_tmp = lab.base() / "own-tmp"; // outside every platform area
     std::filesystem::create_directory(own_tmp);
-    ::setenv("TMPDIR", own_tmp.c_str(), 1);
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
-    if (saved != nullptr) {
-      ::setenv("TMPDIR", saved_value.c_str(), 1);
-    } else {
-      ::unsetenv("TMPDIR");
-    }
+    FenceOptions options;
+    options.temporary_root = lab.base() / "private";
+    options.session_id = "session-1";
+    const PreparedFence fence = dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), options,
+                                                           dsh::detail::probe_landlock(), own_tmp.c_str());
     const dsh::FenceReport& report = fence.report();
-    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_node_rights();
+    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_rights();
+    const std::filesystem::path own = lab.base() / "private" / ("session-" + dsh::detail::name_digest("session-1"));
+    CHECK(report.status == FenceStatus::enforced);
+    CHECK(report.handled == handled);
+    CHECK(report.temporary_directory == own);
+    const std::vector<dsh::FenceGrant> expected{{"/dev/null", device_rights},
+                                                {"/dev/zero", device_rights},
+                                                {"/dev/full", device_rights},
+                                                {lab.workspace(), directory_rights},
+                                                {own, directory_rights}};
+    CHECK(report.grants == expected);
+    const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
+    CHECK(report.describe() == "enforced workspace-write" + head + devices + "; " +
+                                   dsh::json_string_literal(lab.workspace().native()) + all_but_devices + "; " +
+                                   dsh::json_string_literal(own.native()) + all_but_devices +
+                                   "; temporary directory: " + dsh::json_string_literal(own.native()) + scope_note);
+    struct stat info {};
+    REQUIRE(::lstat(own.c_str(), &info) == 0);
+    CHECK(S_ISDIR(info.st_mode));
+    CHECK((info.st_mode & 07777) == 0700);
+    CHECK(info.st_uid == ::geteuid());
+  }
+  SECTION("with shared_temporary_areas, the temporary areas too") {
+    const std::filesystem::path own_tmp = lab.base() / "own-tmp"; // outside every platform area
+    std::filesystem::create_directory(own_tmp);
+    FenceOptions options;
+    options.shared_temporary_areas = true;
+    options.temporary_root = lab.base() / "private";
+    options.session_id = "session-1";
+    const PreparedFence fence = dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), options,
+                                                           dsh::detail::probe_landlock(), own_tmp.c_str());
+    const dsh::FenceReport& report = fence.report();
+    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_rights();
+    const std::filesystem::path own = lab.base() / "private" / ("session-" + dsh::detail::name_digest("session-1"));
     CHECK(report.status == FenceStatus::enforced);
     CHECK(report.handled == handled);
     std::vector<dsh::FenceGrant> expected{{"/dev/null", device_rights},
                                           {"/dev/zero", device_rights},
                                           {"/dev/full", device_rights},
-                                          {lab.workspace(), directory_rights}};
-    const std::string all_but_devices = " (all handled but make_char,make_block)";
+                                          {lab.workspace(), directory_rights},
+                                          {own, directory_rights}};
+    const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
     std::string expected_text = "enforced workspace-write" + head + devices + "; " +
-                                dsh::json_string_literal(lab.workspace().native()) + all_but_devices;
+                                dsh::json_string_literal(lab.workspace().native()) + all_but_devices + "; " +
+                                dsh::json_string_literal(own.native()) + all_but_devices;
     std::string expected_notes = scope_note;
     // An area is granted unless it holds this test's own executable (a build tree under /tmp):
     // the running host executable decides later calls.
@@ -159,7 +198,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     expected_notes +=
         "; skipped $TMPDIR " + dsh::json_string_literal(own_tmp.native()) + ": not beneath /tmp, /var/tmp or /dev/shm";
     CHECK(report.grants == expected);
-    CHECK(report.describe() == expected_text + expected_notes);
+    CHECK(report.describe() ==
+          expected_text + "; temporary directory: " + dsh::json_string_literal(own.native()) + expected_notes);
   }
   SECTION("danger-full-access applies nothing") {
     const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
@@ -305,12 +345,17 @@ TEST_CASE("an approved wider mode widens exactly the call it was approved for") 
   CHECK(session.events().empty()); // approving never switches the session
 }
 
-TEST_CASE("$TMPDIR is granted only when absolute, existing and beneath /tmp, /var/tmp or /dev/shm") {
+TEST_CASE("with shared_temporary_areas, $TMPDIR is granted only when absolute, existing and beneath /tmp, /var/tmp or "
+          "/dev/shm") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
+  FenceOptions shared;
+  shared.shared_temporary_areas = true;
+  shared.temporary_root = lab.base() / "private"; // one session: the same private directory for every fence
+  shared.session_id = "tmpdir";
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
   const dsh::detail::LandlockProbe probe = dsh::detail::probe_landlock();
-  const PreparedFence without = dsh::detail::prepare_fence(policy, {}, probe, nullptr);
+  const PreparedFence without = dsh::detail::prepare_fence(policy, shared, probe, nullptr);
   const auto notes_after = [&without](const PreparedFence& fence) {
     const std::vector<std::string>& notes = fence.report().notes;
     return std::vector<std::string>(notes.begin() + static_cast<std::ptrdiff_t>(without.report().notes.size()),
@@ -321,9 +366,9 @@ TEST_CASE("$TMPDIR is granted only when absolute, existing and beneath /tmp, /va
     const dsh::test::TempDir in_tmp("/tmp");
     const std::filesystem::path own_tmp = dsh::canonical_path(in_tmp.path()) / "tmpdir";
     std::filesystem::create_directory(own_tmp);
-    const PreparedFence with_tmpdir = dsh::detail::prepare_fence(policy, {}, probe, own_tmp.c_str());
+    const PreparedFence with_tmpdir = dsh::detail::prepare_fence(policy, shared, probe, own_tmp.c_str());
     CHECK(with_tmpdir.report().grants.back() ==
-          dsh::FenceGrant{own_tmp, with_tmpdir.report().handled & ~dsh::landlock_device_node_rights()});
+          dsh::FenceGrant{own_tmp, with_tmpdir.report().handled & ~dsh::landlock_device_rights()});
     CHECK_FALSE(dsh::test::grants_directory_of(with_tmpdir.report(), in_tmp.path()));
     CHECK(bash_creates(with_tmpdir, lab, own_tmp / "t.txt") == 0);
     CHECK(bash(with_tmpdir, "mv " + own_tmp.string() + " " + own_tmp.string() + ".old", lab.workspace(), lab.base())
@@ -344,20 +389,21 @@ TEST_CASE("$TMPDIR is granted only when absolute, existing and beneath /tmp, /va
     };
     for (const auto& [value, why] : rows) {
       CAPTURE(value);
-      const PreparedFence fence = dsh::detail::prepare_fence(policy, {}, probe, value.c_str());
+      const PreparedFence fence = dsh::detail::prepare_fence(policy, shared, probe, value.c_str());
       CHECK(fence.report().grants == without.report().grants);
       CHECK(notes_after(fence) ==
             std::vector<std::string>{"skipped $TMPDIR " + dsh::json_string_literal(value) + ": " + why});
     }
-    const PreparedFence outside = dsh::detail::prepare_fence(policy, {}, probe, own_tmp.c_str());
+    const PreparedFence outside = dsh::detail::prepare_fence(policy, shared, probe, own_tmp.c_str());
     CHECK(bash_creates(outside, lab, own_tmp / "u.txt") == 1);
     CHECK(read_file(own_tmp / "u.txt") == "<missing>");
   }
   SECTION("a missing directory beneath /tmp is reported as missing") {
     const dsh::test::TempDir in_tmp("/tmp");
     const std::filesystem::path missing = dsh::canonical_path(in_tmp.path()) / "gone";
-    const PreparedFence fence = dsh::detail::prepare_fence(policy, {}, probe, missing.c_str());
+    const PreparedFence fence = dsh::detail::prepare_fence(policy, shared, probe, missing.c_str());
     const std::vector<std::string> notes = notes_after(fence);
+    REQUIRE_FALSE(notes.empty());
     CHECK(notes.back() ==
           "skipped $TMPDIR " + dsh::json_string_literal(missing.native()) + ": No such file or directory");
   }

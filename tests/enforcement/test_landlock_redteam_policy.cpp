@@ -78,8 +78,11 @@ int append(const std::filesystem::path& path, const std::string& line) {
 }
 
 /// `PreparedFence::prepare` without $TMPDIR, so that the environment's value cannot change
-/// which guard a note names.
-PreparedFence prepare(const dsh::ResolvedPolicy& policy, const FenceOptions& options = {}) {
+/// which guard a note names, and with the shared temporary areas a host may opt into
+/// (`FenceOptions::shared_temporary_areas`): what decides a later call must stay out of reach
+/// even then. (By default they are not granted at all: tests/enforcement/test_landlock_redteam_neighbours.cpp.)
+PreparedFence prepare(const dsh::ResolvedPolicy& policy, FenceOptions options = {}) {
+  options.shared_temporary_areas = true;
   return dsh::detail::prepare_fence(policy, options, dsh::detail::probe_landlock(), nullptr);
 }
 
@@ -304,6 +307,7 @@ TEST_CASE("redteam: a forged mode switch appended to a log under /tmp is refused
   REQUIRE(log.mode_after_unfenced_forgery() == SandboxMode::danger_full_access);
   FenceOptions options;
   options.session_log = log.path;
+  options.temporary_root = lab.base() / "private"; // the session's directory goes with the laboratory
   options.session_cwd = lab.workspace();
   for (const SandboxMode mode : fenced_modes) {
     CAPTURE(dsh::to_string(mode));
@@ -337,8 +341,9 @@ TEST_CASE("redteam: the forged switch is refused to the unprivileged user too") 
     CAPTURE(dsh::to_string(mode));
     const int result = as_nobody([&] {
       try {
-        const PreparedFence fence = prepare(open.policy(mode), options);
-        return fenced(fence, [&] { return append(log.path, log.forged); });
+        const int appended = fenced(prepare(open.policy(mode), options), [&] { return append(log.path, log.forged); });
+        (void)PreparedFence::remove_temporary_directory(options); // the session's, under nobody's default root
+        return appended;
       } catch (...) {
         return 241;
       }
@@ -361,6 +366,7 @@ TEST_CASE("redteam: a log inside the workspace is refused in workspace-write and
   const ForgeableLog log(lab.workspace() / ".dsh" / "session.jsonl", lab.workspace());
   FenceOptions options;
   options.session_log = log.path;
+  options.temporary_root = lab.base() / "private"; // the session's directory goes with the laboratory
   options.session_cwd = lab.workspace();
   try {
     (void)prepare(lab.policy(SandboxMode::workspace_write), options);
@@ -384,6 +390,7 @@ TEST_CASE("redteam: a workspace that is an ancestor of the log or of the host ex
   policy.workspace_root = lab.base();
   FenceOptions options;
   options.session_log = lab.base() / "logs" / "session.jsonl"; // not created yet: still protected
+  options.temporary_root = lab.base() / "private";             // the session's directory goes with the laboratory
   CHECK_THROWS_WITH(prepare(policy, options),
                     "Landlock fence for workspace-write: refusing the workspace root " +
                         json_string_literal(lab.base().native()) + ": the command could change the session log " +
@@ -547,7 +554,8 @@ TEST_CASE("redteam: a hostile $TMPDIR is reported and never granted") {
   for (const SandboxMode mode : fenced_modes) {
     for (const Row& row : rows) {
       CAPTURE(dsh::to_string(mode), row.tmpdir);
-      const PreparedFence fence = dsh::detail::prepare_fence(lab.policy(mode), {}, probe, row.tmpdir.c_str());
+      const PreparedFence fence =
+          dsh::detail::prepare_fence(lab.policy(mode), {.shared_temporary_areas = true}, probe, row.tmpdir.c_str());
       for (const dsh::FenceGrant& grant : fence.report().grants) {
         CHECK_FALSE(dsh::detail::is_within(grant.path, etc));
         CHECK(grant.path != "/etc");
@@ -576,8 +584,12 @@ TEST_CASE("redteam: a $TMPDIR under /tmp cannot be swapped for a link to an outs
     }
     return errno_of(::symlink(lab.outside().c_str(), tmpdir.c_str()));
   };
+  FenceOptions shared;
+  shared.temporary_root = lab.base() / "private"; // one session: the same private directory for both calls
+  shared.session_id = "swap";
+  shared.shared_temporary_areas = true;
   const PreparedFence fence =
-      dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), {}, probe, tmpdir.c_str());
+      dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), shared, probe, tmpdir.c_str());
   CHECK(grants_directory_of(fence.report(), tmpdir));
   CHECK_FALSE(grants_directory_of(fence.report(), in_tmp.path()));
   CHECK(has_note(fence.report(),
@@ -590,7 +602,7 @@ TEST_CASE("redteam: a $TMPDIR under /tmp cannot be swapped for a link to an outs
   CHECK(std::filesystem::is_directory(std::filesystem::symlink_status(tmpdir)));
   // The next call grants the same directory, not the outside one.
   const PreparedFence next =
-      dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), {}, probe, tmpdir.c_str());
+      dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), shared, probe, tmpdir.c_str());
   CHECK(next.report().grants == fence.report().grants);
   CHECK_FALSE(grants_directory_of(next.report(), lab.outside()));
 }
@@ -614,8 +626,12 @@ TEST_CASE("redteam: no block or character device node can be made, not even in t
   for (const SandboxMode mode : fenced_modes) {
     CAPTURE(dsh::to_string(mode));
     const PreparedFence fence = prepare(lab.policy(mode));
+    constexpr std::uint64_t make_nodes = (1ULL << 6) | (1ULL << 11); // make_char, make_block
     for (const dsh::FenceGrant& grant : fence.report().grants) {
-      CHECK((grant.rights & dsh::landlock_device_node_rights()) == 0);
+      CHECK((grant.rights & make_nodes) == 0);
+      if (std::filesystem::is_directory(grant.path)) {
+        CHECK((grant.rights & dsh::landlock_device_rights()) == 0); // nor ioctls of a device beneath
+      }
     }
     CHECK(fenced(fence, make_block) == EACCES);
     CHECK(fenced(fence, make_char) == EACCES);
@@ -741,6 +757,7 @@ TEST_CASE("redteam: FenceOptions::extra_writable grants a directory only where i
   FenceOptions options;
   options.extra_writable = {lab.outside(), lab.sibling(), "relative/dir"};
   options.session_log = lab.sibling() / "session.jsonl";
+  options.temporary_root = lab.base() / "private"; // the session's directory goes with the laboratory
   const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), options);
   CHECK(grants_directory_of(fence.report(), lab.outside()));
   CHECK_FALSE(grants_directory_of(fence.report(), lab.sibling()));

@@ -7,12 +7,34 @@
 #ifndef DSH_DETAIL_FENCE_BUILDER_HPP
 #define DSH_DETAIL_FENCE_BUILDER_HPP
 
+#include <dsh/detail/host_environment.hpp>
+#include <dsh/detail/mount_table.hpp>
+#include <dsh/detail/private_temporary.hpp>
+
+#include <sys/sysmacros.h>
+
 namespace dsh::detail {
 
-/// The fence body, with the kernel probe and $TMPDIR passed in so that every branch
-/// (including "no Landlock" and older ABIs) runs in tests on any kernel.
+/// Why `terminal` is not the child side of a pseudo-terminal (a character device of the
+/// UNIX 98 pty slave majors 136-143), or "".
+[[nodiscard]] inline std::string not_a_pseudo_terminal(const std::filesystem::path& terminal) {
+  struct stat info {};
+  if (::stat(terminal.c_str(), &info) != 0) {
+    return std::strerror(errno);
+  }
+  if (!S_ISCHR(info.st_mode) || major(info.st_rdev) < 136 || major(info.st_rdev) > 143) {
+    return "expected the child side of a pseudo-terminal (a character device of major 136-143), found " +
+           std::string(S_ISCHR(info.st_mode) ? "the character device " + std::to_string(major(info.st_rdev)) + ":" +
+                                                   std::to_string(minor(info.st_rdev))
+                                             : "no character device");
+  }
+  return {};
+}
+
+/// The fence body, with the kernel probe and the host's environment passed in so that every
+/// branch (including "no Landlock" and older ABIs) runs in tests on any kernel.
 [[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                                 LandlockProbe probe, const char* tmpdir) {
+                                                 LandlockProbe probe, const HostEnvironment& environment) {
   FenceReport report;
   report.mode = policy.mode;
   report.abi = probe.abi;
@@ -34,6 +56,7 @@ namespace dsh::detail {
   }
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
   report.status = FenceStatus::enforced;
+  OwnedDirectory owned_temporary; // a fence without a session removes its directory when destroyed
   report.handled = landlock_write_rights(probe.abi);
   report.unenforced = landlock_write_rights(std::numeric_limits<int>::max()) & ~report.handled;
   if (options.deny_tcp) {
@@ -86,22 +109,51 @@ namespace dsh::detail {
     return {};
   };
 
+  if (probe.abi < 5) {
+    report.notes.push_back("device ioctls are not restricted: Landlock ABI " + std::to_string(probe.abi) +
+                           " cannot (ABI 5, Linux 6.10, can)");
+  }
+  // The devices every command drives: write_file, truncate and (ABI 5) ioctl_dev.
+  const std::uint64_t device_rights = report.handled & landlock_file_rights();
   for (const char* device : {"/dev/null", "/dev/zero", "/dev/full"}) {
-    if (const std::string why = grant(device, false, report.handled & landlock_file_rights()); !why.empty()) {
+    if (const std::string why = grant(device, false, device_rights); !why.empty()) {
       report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
+    }
+  }
+  if (!options.terminal.empty()) {
+    const std::filesystem::path terminal = canonical_path(options.terminal);
+    if (const std::string why = not_a_pseudo_terminal(terminal); !why.empty()) {
+      throw LandlockError(subject + ": FenceOptions::terminal " + json_string_literal(options.terminal.native()) +
+                          ": " + why);
+    }
+    for (const std::filesystem::path& device : {terminal, std::filesystem::path("/dev/tty")}) {
+      if (const std::string why = grant(device, false, device_rights); !why.empty()) {
+        throw LandlockError(subject + ": cannot grant the command's terminal " + json_string_literal(device.native()) +
+                            ": " + why);
+      }
     }
   }
   if (policy.mode == SandboxMode::workspace_write) {
     const std::filesystem::path& root = policy.workspace_root;
-    const std::uint64_t directory_rights = report.handled & ~landlock_device_node_rights();
+    const std::uint64_t directory_rights = report.handled & ~landlock_device_rights();
     if (root == root.root_path()) {
       throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) +
                           ": it would grant the whole filesystem, including the session log, the workspace entry "
                           "and the host, which decide later calls");
     }
-    std::vector<Guard> guards = workspace_guards(policy, options, tmpdir);
+    const std::vector<MountEntry> mounts = read_mount_table();
+    std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts);
+    // The session's private temporary directory: named now, made only once the workspace root
+    // is known to expose nothing, so that a refused fence leaves nothing behind.
+    const bool default_root = options.temporary_root.empty();
+    const std::filesystem::path temporary_root = canonical_path(temporary_root_of(options, environment));
+    const std::string temporary_name = private_temporary_name(options);
+    const std::filesystem::path temporary = temporary_root / temporary_name;
+    guards.push_back(make_guard("the session's temporary directory " + json_string_literal(temporary.native()),
+                                temporary, false, mounts));
+    const std::vector<FilesystemLocation> root_regions = reachable_beneath(mounts, root);
     for (const Guard& guard : guards) {
-      if (const std::string why = exposure(guard, root); !why.empty()) {
+      if (const std::string why = exposure(guard, root, root_regions); !why.empty()) {
         throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) + ": " +
                             why);
       }
@@ -112,11 +164,33 @@ namespace dsh::detail {
     }
     std::vector<std::filesystem::path> granted{root};
 
+    // The private directory is granted to this session alone; it must expose nothing either.
+    {
+      const std::filesystem::path made = make_private_temporary(temporary_root, temporary_name, default_root);
+      if (temporary_name.starts_with("call-")) {
+        owned_temporary = OwnedDirectory(made);
+      }
+      const std::vector<FilesystemLocation> regions = reachable_beneath(mounts, made);
+      for (const Guard& guard : guards) {
+        if (const std::string why = guard.canonical == temporary ? std::string() : exposure(guard, made, regions);
+            !why.empty()) {
+          throw LandlockError(subject + ": refusing the session's temporary directory " +
+                              json_string_literal(made.native()) + ": " + why);
+        }
+      }
+      if (const std::string why = grant(made, true, directory_rights); !why.empty()) {
+        throw LandlockError(subject + ": cannot open the session's temporary directory " +
+                            json_string_literal(made.native()) + ": " + why);
+      }
+      granted.push_back(made);
+      report.temporary_directory = made;
+    }
+
     // Optional directories: each is skipped (never widened) when it is missing, when it
     // would expose a guard, or when its own path runs through a directory entry this fence
     // lets the command replace (a later call would then grant wherever the entry points).
     const auto grant_optional = [&](const std::string& label, const std::filesystem::path& spelled) {
-      Guard self = make_guard(label, spelled, false);
+      Guard self = make_guard(label, spelled, false, mounts);
       const std::filesystem::path& directory = self.canonical;
       for (const std::filesystem::path& done : granted) {
         if (is_within(directory, done)) {
@@ -127,8 +201,9 @@ namespace dsh::detail {
       if (directory == directory.root_path()) {
         why = "a grant of the filesystem root would lift the fence";
       }
+      const std::vector<FilesystemLocation> regions = reachable_beneath(mounts, directory);
       for (std::size_t i = 0; i < guards.size() && why.empty(); ++i) {
-        why = exposure(guards[i], directory);
+        why = exposure(guards[i], directory, regions);
       }
       for (const std::filesystem::path& entry : self.entries) {
         if (why.empty() && (is_within(entry.parent_path(), directory) ||
@@ -150,8 +225,10 @@ namespace dsh::detail {
       self.what = "the granted directory " + json_string_literal(directory.native());
       guards.push_back(std::move(self));
     };
-    for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
-      grant_optional(json_string_literal(canonical_path(area).native()), area);
+    if (options.shared_temporary_areas) {
+      for (const char* area : {"/tmp", "/var/tmp", "/dev/shm"}) {
+        grant_optional(json_string_literal(canonical_path(area).native()), area);
+      }
     }
     for (const std::filesystem::path& extra : options.extra_writable) {
       if (!extra.is_absolute()) {
@@ -160,7 +237,8 @@ namespace dsh::detail {
         grant_optional(json_string_literal(extra.native()), extra);
       }
     }
-    if (tmpdir != nullptr && *tmpdir != '\0') {
+    const char* tmpdir = environment.tmpdir;
+    if (options.shared_temporary_areas && tmpdir != nullptr && *tmpdir != '\0') {
       const std::string label = "$TMPDIR " + json_string_literal(tmpdir);
       if (const std::string why = tmpdir_ineligible(tmpdir); !why.empty()) {
         report.notes.push_back("skipped " + label + ": " + why);
@@ -169,12 +247,21 @@ namespace dsh::detail {
       }
     }
   }
-  return PreparedFence{std::move(report), std::move(ruleset)};
+  return PreparedFence{std::move(report), std::move(ruleset), std::move(owned_temporary)};
 #else
-  (void)tmpdir;
+  (void)environment;
   throw LandlockError(subject + ": Landlock reported ABI " + std::to_string(probe.abi) +
                       " but this build has no Landlock support");
 #endif
+}
+
+/// `prepare_fence` with the host's loader variables and runtime directory as they are now and
+/// `tmpdir` as $TMPDIR (nullptr: none), for tests that pin $TMPDIR.
+[[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                 LandlockProbe probe, const char* tmpdir) {
+  HostEnvironment environment = HostEnvironment::current();
+  environment.tmpdir = tmpdir;
+  return prepare_fence(policy, options, probe, environment);
 }
 
 } // namespace dsh::detail

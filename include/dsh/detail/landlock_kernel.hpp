@@ -8,6 +8,8 @@
 #ifndef DSH_DETAIL_LANDLOCK_KERNEL_HPP
 #define DSH_DETAIL_LANDLOCK_KERNEL_HPP
 
+#include <dsh/detail/host_environment.hpp>
+
 namespace dsh::detail {
 
 /// The result of asking the kernel for its Landlock ABI.
@@ -16,10 +18,11 @@ struct LandlockProbe {
   int error = 0; ///< errno of the probe when unavailable
 };
 
-/// Builds the fence of `PreparedFence::prepare` (its friend), with the kernel probe and $TMPDIR
-/// passed in; defined in <dsh/detail/fence_builder.hpp>, where PreparedFence is complete.
+/// Builds the fence of `PreparedFence::prepare` (its friend), with the kernel probe and the
+/// host's environment passed in; defined in <dsh/detail/fence_builder.hpp>, where PreparedFence
+/// is complete.
 [[nodiscard]] PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                          LandlockProbe probe, const char* tmpdir);
+                                          LandlockProbe probe, const HostEnvironment& environment);
 
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
 #if defined(SYS_landlock_create_ruleset)
