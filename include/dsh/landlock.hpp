@@ -59,6 +59,7 @@
 #endif
 
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -219,8 +220,9 @@ struct FenceReport {
   /// before exec: read-only and workspace-write, whether or not Landlock is available.
   bool syscall_filter = false;
   /// How the host's System V IPC and POSIX message queues are kept out of reach when
-  /// `syscall_filter` is on: true when the command gets a new IPC namespace (a host holding
-  /// CAP_SYS_ADMIN), false when the filter refuses the calls.
+  /// `syscall_filter` is on: true when the command gets a new IPC namespace (the preparing host
+  /// holds CAP_SYS_ADMIN; a child that gave it up before entering the fence gets the calls
+  /// refused instead), false when the filter refuses the calls.
   bool ipc_namespace = false;
 
   /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
@@ -341,8 +343,10 @@ struct FenceOptions {
 /// The outcome of `PreparedFence::apply`: `error` is 0 on success, otherwise the errno of
 /// the system call named by `step` (a string literal).
 struct [[nodiscard]] ApplyResult {
-  int error = 0;         ///< errno of the failed call, 0 on success
-  const char* step = ""; ///< the failed call, "" on success
+  int error = 0;             ///< errno of the failed call, 0 on success
+  const char* step = "";     ///< the failed call, "" on success
+  bool capabilities = false; ///< the failed call was part of dropping `FENCE_DROPPED_CAPABILITIES`
+  int capability = -1;       ///< the capability whose drop failed, -1 when none
   /// True when the fence is in force (or nothing had to be applied).
   [[nodiscard]] constexpr bool ok() const noexcept { return error == 0; }
 };
@@ -431,6 +435,7 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 #include <dsh/detail/fence_supervisor.hpp>
 #include <dsh/detail/landlock_kernel.hpp>
 #include <dsh/detail/private_temporary.hpp>
+#include <dsh/detail/syscall_filter.hpp>
 #include <dsh/detail/temporary_areas.hpp>
 
 namespace dsh {
@@ -496,40 +501,78 @@ public:
 
   /// Enters the fence in the calling thread and, after exec, everything it starts.
   ///
-  /// Async-signal-safe: only prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2) are
-  /// called, so it may run between fork and exec. Landlock restricts the calling thread
-  /// only: call it in a single-threaded child. Does nothing for an `unrestricted` or
-  /// `unfenced` fence. Returns the errno and the failing call when the kernel refused; the
-  /// child must then not run the command (`FencedCommand` exits instead).
-  ApplyResult apply() const noexcept {
-    if (report_.status != FenceStatus::enforced) {
-      return {};
-    }
-#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
-    if (!ruleset_) {
-      return {EBADF, "landlock_restrict_self (moved-from fence)"};
-    }
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
-      return {errno, "prctl(PR_SET_NO_NEW_PRIVS)"};
-    }
-    if (::syscall(detail::sys_landlock_restrict_self, ruleset_.get(), 0U) != 0) {
-      return {errno, "landlock_restrict_self"};
-    }
-    return {};
-#else
-    return {ENOSYS, "landlock_restrict_self"};
-#endif
-  }
+  /// In this order, as the trusted launchers order them: a new IPC namespace when
+  /// `report().ipc_namespace`; no_new_privs; the Landlock domain (`enforced`); the capability
+  /// drop of `FENCE_DROPPED_CAPABILITIES` (read-only and workspace-write); the system-call
+  /// filter, last (`report().syscall_filter`), so that nothing after it but exec is filtered.
+  /// Async-signal-safe (raw system calls only), so it may run between fork and exec. Landlock
+  /// and seccomp restrict the calling thread only: call it in a single-threaded child. Does
+  /// nothing for an `unrestricted` fence. Returns the errno and the failing call when the
+  /// kernel refused a step; the child must then not run the command (`FencedCommand` exits
+  /// instead).
+  ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL); }
 
 private:
   friend PreparedFence detail::prepare_fence(const ResolvedPolicy&, const FenceOptions&, detail::LandlockProbe,
                                              const detail::HostEnvironment&);
-  PreparedFence(FenceReport report, UniqueFd ruleset, detail::OwnedDirectory temporary = {}) noexcept
-      : report_(std::move(report)), ruleset_(std::move(ruleset)), temporary_(std::move(temporary)) {}
+  PreparedFence(FenceReport report, UniqueFd ruleset, detail::OwnedDirectory temporary = {},
+                std::vector<detail::SyscallFilterInstruction> filter = {},
+                std::vector<detail::SyscallFilterInstruction> refusing_filter = {}) noexcept
+      : report_(std::move(report)), ruleset_(std::move(ruleset)), temporary_(std::move(temporary)),
+        filter_(std::move(filter)), refusing_filter_(std::move(refusing_filter)) {}
+
+  friend class FencedCommand;
+
+  /// `apply()`, asking to drop from the bounding and ambient sets only the capabilities of
+  /// `bounding` and `ambient` (supersets of the process's own sets, as its /proc status lists
+  /// them; all ones when unknown).
+  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient) const noexcept {
+    if (report_.status == FenceStatus::unrestricted) {
+      return {};
+    }
+    // Without a new IPC namespace the filter refuses System V IPC: a child that gave up the
+    // CAP_SYS_ADMIN its preparing host held gets that instead, never the host's objects.
+    const std::vector<detail::SyscallFilterInstruction>* filter = &refusing_filter_;
+#if defined(__linux__)
+    if (report_.ipc_namespace) {
+      if (::unshare(CLONE_NEWIPC) == 0) {
+        filter = &filter_;
+      } else if (errno != EPERM) {
+        return {errno, "unshare(CLONE_NEWIPC)"};
+      }
+    }
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
+      return {errno, "prctl(PR_SET_NO_NEW_PRIVS)"};
+    }
+#endif
+    if (report_.status == FenceStatus::enforced) {
+#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
+      if (!ruleset_) {
+        return {EBADF, "landlock_restrict_self (moved-from fence)"};
+      }
+      if (::syscall(detail::sys_landlock_restrict_self, ruleset_.get(), 0U) != 0) {
+        return {errno, "landlock_restrict_self"};
+      }
+#else
+      return {ENOSYS, "landlock_restrict_self"};
+#endif
+    }
+    if (const detail::ChildStep failed = detail::drop_fence_capabilities(bounding, ambient); failed.error != 0) {
+      return {failed.error, failed.step, true, failed.capability};
+    }
+    if (report_.syscall_filter) {
+      if (const int error = detail::install_syscall_filter(*filter); error != 0) {
+        return {error, "seccomp(SECCOMP_SET_MODE_FILTER)"};
+      }
+    }
+    return {};
+  }
 
   FenceReport report_;
   UniqueFd ruleset_;
-  detail::OwnedDirectory temporary_; // a fence without a session owns its temporary directory
+  detail::OwnedDirectory temporary_;                     // a fence without a session owns its temporary directory
+  std::vector<detail::SyscallFilterInstruction> filter_; // for a command in its own IPC namespace
+  std::vector<detail::SyscallFilterInstruction> refusing_filter_; // refusing System V IPC too
 };
 
 class FencedCommand;
@@ -925,14 +968,9 @@ private:
     if (const detail::ChildStep failed = detail::install_stdio(plan.stdio, plan.null_stdin); failed.error != 0) {
       return failed;
     }
-    if (const ApplyResult applied = fence.apply(); !applied.ok()) {
-      return {applied.error, applied.step, detail::ChildStage::fence, -1};
-    }
-    if (fence.report().mode != SandboxMode::danger_full_access) {
-      if (const detail::ChildStep failed = detail::drop_fence_capabilities(plan.bounding, plan.ambient);
-          failed.error != 0) {
-        return failed;
-      }
+    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient); !applied.ok()) {
+      return {applied.error, applied.step,
+              applied.capabilities ? detail::ChildStage::capabilities : detail::ChildStage::fence, applied.capability};
     }
     sigset_t none;
     ::sigemptyset(&none);
@@ -1174,7 +1212,7 @@ private:
     const std::string under = what + " under the " + std::string(to_string(fence.report().mode)) + " fence: ";
     switch (static_cast<detail::ChildStage>(report.stage)) {
     case detail::ChildStage::fence:
-      throw LandlockError(under + "the child could not enter it: " + std::strerror(report.error));
+      throw LandlockError(under + "the child could not enter it: " + step + " failed: " + std::strerror(report.error));
     case detail::ChildStage::capabilities: {
       const std::string_view capability = fence_capability_name(report.detail);
       throw LandlockError(under + "the child could not drop its capabilities: " + step +

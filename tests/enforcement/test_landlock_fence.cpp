@@ -99,6 +99,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                                           dsh::landlock_rights_to_string(dsh::landlock_write_rights(INT_MAX) & ~handled)
                                     : std::string()) +
                            (abi >= 6 ? "; scoped: signal,abstract_unix_socket" : "") + "; granted: ";
+  const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
+                                                                   : "; syscall filter: on, System V IPC refused";
   const std::string scope_note = abi >= 6 ? std::string()
                                           : "; signals and abstract unix sockets are not scoped: Landlock ABI " +
                                                 std::to_string(abi) + " cannot (ABI 6, Linux 6.12, can)";
@@ -121,7 +123,7 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.scoped == (abi >= 6 ? dsh::landlock_scope_signal | dsh::landlock_scope_abstract_unix_socket : 0));
     CHECK(report.handled_net == 0);
     CHECK(report.notes.size() == (abi >= 6 ? 0U : 1U));
-    CHECK(report.describe() == "enforced read-only" + head + devices + scope_note);
+    CHECK(report.describe() == "enforced read-only" + head + devices + filter + scope_note);
   }
   SECTION("workspace-write adds the root and the session's private temporary directory, with every handled "
           "right but device nodes and device ioctls") {
@@ -145,10 +147,10 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                                                 {own, directory_rights}};
     CHECK(report.grants == expected);
     const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
-    CHECK(report.describe() == "enforced workspace-write" + head + devices + "; " +
-                                   dsh::json_string_literal(lab.workspace().native()) + all_but_devices + "; " +
-                                   dsh::json_string_literal(own.native()) + all_but_devices +
-                                   "; temporary directory: " + dsh::json_string_literal(own.native()) + scope_note);
+    CHECK(report.describe() ==
+          "enforced workspace-write" + head + devices + "; " + dsh::json_string_literal(lab.workspace().native()) +
+              all_but_devices + "; " + dsh::json_string_literal(own.native()) + all_but_devices +
+              "; temporary directory: " + dsh::json_string_literal(own.native()) + filter + scope_note);
     struct stat info {};
     REQUIRE(::lstat(own.c_str(), &info) == 0);
     CHECK(S_ISDIR(info.st_mode));
@@ -199,7 +201,7 @@ TEST_CASE("the report says what the fence enforces in each mode") {
         "; skipped $TMPDIR " + dsh::json_string_literal(own_tmp.native()) + ": not beneath /tmp, /var/tmp or /dev/shm";
     CHECK(report.grants == expected);
     CHECK(report.describe() ==
-          expected_text + "; temporary directory: " + dsh::json_string_literal(own.native()) + expected_notes);
+          expected_text + "; temporary directory: " + dsh::json_string_literal(own.native()) + filter + expected_notes);
   }
   SECTION("danger-full-access applies nothing") {
     const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
@@ -435,13 +437,16 @@ TEST_CASE("without Landlock the fence fails closed unless running unfenced is al
             "to run without the fence)");
     }
   }
-  SECTION("allowed: an unfenced fence that says so and applies nothing") {
+  SECTION("allowed: an unfenced fence that says so and applies no Landlock (the system-call filter still holds)") {
     const PreparedFence fence = dsh::detail::prepare_fence(read_only, {.allow_unfenced = true}, missing, nullptr);
     CHECK(fence.report().status == FenceStatus::unfenced);
     CHECK(fence.report().handled == 0);
-    CHECK(fence.report().describe() ==
-          "unfenced read-only; NOT FENCED: this kernel has no Landlock (Linux 5.13 or newer with "
-          "CONFIG_SECURITY_LANDLOCK=y is required)");
+    CHECK(fence.report().syscall_filter);
+    const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
+                                                                     : "; syscall filter: on, System V IPC refused";
+    CHECK(fence.report().describe() == "unfenced read-only" + filter +
+                                           "; NOT FENCED: this kernel has no Landlock (Linux 5.13 or newer with "
+                                           "CONFIG_SECURITY_LANDLOCK=y is required)");
     const std::filesystem::path target = lab.workspace() / "unfenced.txt";
     CHECK(fenced(fence, [&target] { return errno_of(::open(target.c_str(), O_WRONLY | O_CREAT, 0600)); }) == 0);
   }
@@ -478,8 +483,8 @@ TEST_CASE("FencedCommand refuses to run a command it could not fence") {
     FAIL("spawn did not throw");
   } catch (const dsh::LandlockError& error) {
     CHECK(std::string(error.what()) == "cannot run " + dsh::json_string_literal(command.program()) +
-                                           " under the read-only fence: the child could not enter it: Bad file "
-                                           "descriptor");
+                                           " under the read-only fence: the child could not enter it: "
+                                           "landlock_restrict_self (moved-from fence) failed: Bad file descriptor");
   }
   CHECK_FALSE(dsh::test::exists_nofollow(lab.outside() / "ran.txt"));
   CHECK(command.run(taken) == 1); // the real fence runs it, and refuses the write

@@ -31,6 +31,19 @@ namespace dsh::detail {
   return {};
 }
 
+/// True when the calling process may give a child a new IPC namespace without a user namespace:
+/// it holds CAP_SYS_ADMIN in its effective set (root, outside a container that took it away).
+[[nodiscard]] inline bool may_make_ipc_namespace() noexcept {
+#if defined(__linux__)
+  CapabilityHeader header{capability_version_3, 0};
+  std::array<CapabilityData, 2> sets{};
+  constexpr unsigned cap_sys_admin = 21;
+  return ::syscall(SYS_capget, &header, sets.data()) == 0 && (sets[0].effective >> cap_sys_admin & 1U) != 0;
+#else
+  return false;
+#endif
+}
+
 /// The fence body, with the kernel probe and the host's environment passed in so that every
 /// branch (including "no Landlock" and older ABIs) runs in tests on any kernel.
 [[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
@@ -43,6 +56,24 @@ namespace dsh::detail {
     return PreparedFence{std::move(report), UniqueFd{}};
   }
   const std::string subject = "Landlock fence for " + std::string(to_string(policy.mode));
+  // The system-call filter holds with or without Landlock: it is built first.
+  std::vector<SyscallFilterInstruction> filter;
+  std::vector<SyscallFilterInstruction> refusing_filter;
+  if (const int filter_error = probe_syscall_filter(); filter_error != 0) {
+    const std::string reason = syscall_filter_unavailable_reason(filter_error);
+    if (!options.allow_unfenced) {
+      throw LandlockError(subject + ": the system-call filter cannot be installed: " + reason +
+                          "; refusing to run without it (set FenceOptions::allow_unfenced to run without the fence)");
+    }
+    report.notes.push_back("NOT FILTERED: " + reason);
+  } else {
+    report.syscall_filter = true;
+    report.ipc_namespace = may_make_ipc_namespace();
+    refusing_filter = build_syscall_filter(true);
+    if (report.ipc_namespace) {
+      filter = build_syscall_filter(false);
+    }
+  }
   if (probe.abi <= 0) {
     const std::string reason = landlock_unavailable_reason(probe.error);
     if (!options.allow_unfenced) {
@@ -52,7 +83,8 @@ namespace dsh::detail {
     }
     report.status = FenceStatus::unfenced;
     report.notes.push_back("NOT FENCED: " + reason);
-    return PreparedFence{std::move(report), UniqueFd{}};
+    return PreparedFence{std::move(report), UniqueFd{}, OwnedDirectory{}, std::move(filter),
+                         std::move(refusing_filter)};
   }
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
   report.status = FenceStatus::enforced;
@@ -247,7 +279,8 @@ namespace dsh::detail {
       }
     }
   }
-  return PreparedFence{std::move(report), std::move(ruleset), std::move(owned_temporary)};
+  return PreparedFence{std::move(report), std::move(ruleset), std::move(owned_temporary), std::move(filter),
+                       std::move(refusing_filter)};
 #else
   (void)environment;
   throw LandlockError(subject + ": Landlock reported ABI " + std::to_string(probe.abi) +
