@@ -305,7 +305,7 @@ TEST_CASE("syscall filter: the program decides every call of the table as its ro
   CHECK(verdict(arm64, AUDIT_ARCH_AARCH64, 0x40000000 | 172) == allow);
 }
 
-TEST_CASE("syscall filter: the human table is the program's rows, every call numbered and justified") {
+TEST_CASE("syscall filter: the human table is the program's rows, and docs/enforcement.md shows each") {
   const auto& rules = dsh::detail::syscall_rules;
   REQUIRE(rules.size() == dsh::detail::syscall_rule_rows.size());
   for (std::size_t i = 0; i < rules.size(); ++i) {
@@ -320,6 +320,20 @@ TEST_CASE("syscall filter: the human table is the program's rows, every call num
   CHECK(rules[2].calls == "prlimit64");
   CHECK(rules.back().calls == "every other call");
   CHECK(rules.back().errno_name == "none");
+
+  // the documentation's table, row for row
+  const std::string doc = read_file(DSH_ENFORCEMENT_DOC);
+  const std::size_t section = doc.find("\n## The system-call filter\n");
+  REQUIRE(section != std::string::npos);
+  const std::string header = "| calls | refused when | errno | why |\n| --- | --- | --- | --- |\n";
+  std::string table = header;
+  for (const dsh::detail::SyscallRule& rule : rules) {
+    table += "| " + std::string(rule.calls) + " | " + std::string(rule.refused_when) + " | " +
+             std::string(rule.errno_name) + " | " + std::string(rule.reason) + " |\n";
+  }
+  const std::size_t at = doc.find(header, section);
+  REQUIRE(at != std::string::npos);
+  CHECK(doc.substr(at, doc.find("\n\n", at) + 1 - at) == table);
 }
 
 /// Compares `kernel` (one header's numbers) with column `abi` of the table.
@@ -1244,7 +1258,9 @@ TEST_CASE("syscall filter: what it also refuses (pinned): the caller's own threa
           const ::sched_param zero{};
           return ::pthread_setschedparam(thread, SCHED_IDLE, &zero);
         }) == EPERM);
-  // renicing, or limiting, a child the command started itself
+  // renicing itself by its pid, or renicing or limiting a child it started
+  CHECK(filtered(::geteuid(),
+                 [] { return errno_of(::setpriority(PRIO_PROCESS, static_cast<::id_t>(::getpid()), 1)); }) == EPERM);
   CHECK(filtered(::geteuid(), [] {
           const ::pid_t child = ::fork();
           if (child == 0) {

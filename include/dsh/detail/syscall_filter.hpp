@@ -100,8 +100,8 @@ inline constexpr std::array syscall_rule_rows{
                    RuleCheck::own_priority},
     SyscallRuleRow{{"sched_setscheduler, sched_setparam, sched_setattr, sched_setaffinity", "pid is not 0", "EPERM",
                     "changes another process's policy (SCHED_IDLE starves it), priority or CPUs, which the same "
-                    "user may do and Landlock does not mediate; the caller's own (chrt, taskset of the command "
-                    "they start) stay allowed"},
+                    "user may do and Landlock does not mediate; the caller's own (chrt and taskset starting a "
+                    "command) stay allowed"},
                    RuleCheck::own_pid},
     SyscallRuleRow{{"ioprio_set", "which is not IOPRIO_WHO_PROCESS or IOPRIO_WHO_PGRP, or who is not 0", "EPERM",
                     "sets another process's I/O class (idle starves its disk access), or with IOPRIO_WHO_USER "
