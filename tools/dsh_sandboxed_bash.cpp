@@ -1,10 +1,13 @@
 // dsh-sandboxed-bash: the `bash` family backend of an agent host, in one file.
 //
-//   dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] [--verbose] -- COMMAND...
+//   dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]...
+//                      [--verbose] -- COMMAND...
 //
 // Resolves the session's policy with a PolicyOwner (the same owner that would render the
 // model text), registers `bash` as enforced and escalatable as a real backend does, and runs
-// `bash -c COMMAND` in the session workspace under the Landlock fence of that policy. When
+// `bash -c COMMAND` in the session workspace under the Landlock fence of that policy, with this
+// process's environment minus the variables whose names look like credentials (FencedCommand's
+// default; --keep-env NAME passes one on, --verbose lists the names withheld). When
 // the command is refused a write, it repeats the denial and says how to retry with an
 // approved wider mode, one of the owner's escalation choices. The exit status is the command's;
 // 126 when it could not be fenced (including a workspace whose grant would let the command change
@@ -17,6 +20,7 @@
 #include <array>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -38,14 +42,18 @@ struct Options {
   std::optional<dsh::SandboxMode> approved;
   dsh::SandboxMode default_mode = dsh::SandboxMode::read_only;
   bool verbose = false;
+  std::vector<std::string> keep_env;
   std::vector<std::string> command;
 };
 
 void usage(std::string_view problem) {
   std::cerr << program_name << ": " << problem << "\n"
             << "usage: " << program_name
-            << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--verbose] -- COMMAND...\n"
-            << "MODE is read-only, workspace-write or danger-full-access\n";
+            << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... [--verbose] -- "
+               "COMMAND...\n"
+            << "MODE is read-only, workspace-write or danger-full-access\n"
+            << "the command gets this environment without the variables whose names contain KEY, SECRET, TOKEN, "
+               "PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env NAME passes one on\n";
 }
 
 std::optional<Options> parse(int argc, char** argv) {
@@ -80,6 +88,12 @@ std::optional<Options> parse(int argc, char** argv) {
       } else {
         options.default_mode = *mode;
       }
+    } else if (arg == "--keep-env") {
+      if (i + 1 >= argc) {
+        usage("--keep-env needs a NAME");
+        return std::nullopt;
+      }
+      options.keep_env.emplace_back(argv[++i]);
     } else if (arg == "--verbose") {
       options.verbose = true;
     } else {
@@ -142,6 +156,13 @@ std::optional<std::string> denied_path(std::string_view line) {
   return reason == std::string_view::npos ? std::nullopt : std::optional(std::string(line.substr(0, reason)));
 }
 
+/// A line of the command's stderr that reports a denial; `cut` when only its tail was kept
+/// (see DenialWatch), which then names no path the retry hint could rely on.
+struct Denial {
+  std::string line;
+  bool cut = false;
+};
+
 /// The narrowest of the owner's escalation `choices` that is strictly wider than the call's
 /// mode (which an approval may have widened already) and would allow the denied write (any of
 /// them when the denial names no path); nullopt when none would, so no retry is offered.
@@ -158,9 +179,19 @@ std::optional<dsh::SandboxMode> wider_mode(const dsh::ResolvedPolicy& policy, co
 }
 
 /// Watches the command's stderr as the fence relays it: passes every chunk on to our stderr
-/// and keeps the first line that reports a denial.
+/// (stdout to our stdout) as it comes, and keeps the first line that reports a denial.
+///
+/// Its memory is bounded whatever the command writes: of a line it keeps at most the last
+/// `line_limit` bytes, the part a denial message ends in (the reason comes last). A denial names
+/// at most two paths, each at most PATH_MAX (4096) bytes, so a whole one fits; of a longer line
+/// the kept tail is still scanned, and reported as cut. The storage is reserved once, so no
+/// chunk of output allocates.
 class DenialWatch {
 public:
+  static constexpr std::size_t line_limit = 16384;
+
+  DenialWatch() { line_.reserve(line_limit); }
+
   void operator()(dsh::CommandStream stream, std::string_view bytes) {
     (stream == dsh::CommandStream::err ? std::cerr : std::cout)
         .write(bytes.data(), static_cast<std::streamsize>(bytes.size()))
@@ -168,35 +199,62 @@ public:
     if (stream != dsh::CommandStream::err) {
       return;
     }
-    for (const char c : bytes) {
-      if (c != '\n') {
-        line_ += c;
-        continue;
+    for (;;) {
+      const std::size_t end = bytes.find('\n');
+      append(bytes.substr(0, end));
+      if (end == std::string_view::npos) {
+        return;
       }
-      note(line_);
-      line_.clear();
+      note();
+      bytes.remove_prefix(end + 1);
     }
   }
 
   /// The first denial, once the command has ended (a last line without newline included).
-  [[nodiscard]] std::optional<std::string> first_denial() {
-    note(line_);
-    line_.clear();
+  [[nodiscard]] std::optional<Denial> first_denial() {
+    note();
     return first_denial_;
   }
 
 private:
-  void note(const std::string& line) {
-    if (!first_denial_ && is_denial(line)) {
-      first_denial_ = line;
+  /// Adds `part` to the current line, dropping its oldest bytes beyond `line_limit`.
+  void append(std::string_view part) {
+    if (part.size() >= line_limit) {
+      line_.assign(part.substr(part.size() - line_limit));
+      cut_ = true;
+      return;
     }
+    if (const std::size_t total = line_.size() + part.size(); total > line_limit) {
+      line_.erase(0, total - line_limit);
+      cut_ = true;
+    }
+    line_.append(part);
+  }
+
+  /// Ends the current line: keeps it when it is the first denial.
+  void note() {
+    if (!first_denial_ && is_denial(line_)) {
+      first_denial_ = Denial{line_, cut_};
+    }
+    line_.clear();
+    cut_ = false;
   }
 
   std::string line_;
-  std::optional<std::string> first_denial_;
+  bool cut_ = false; // line_ is the tail of a longer line
+  std::optional<Denial> first_denial_;
 };
 
 int run(const Options& options) {
+  dsh::FencedCommand command({"bash", "-c", join(options.command, false)});
+  try {
+    for (const std::string& name : options.keep_env) {
+      command.keep_env(name);
+    }
+  } catch (const dsh::ConfigError& error) {
+    usage(std::string("--keep-env: ") + error.what());
+    return 2;
+  }
   const dsh::SessionLog log = dsh::SessionLog::open(options.log);
   dsh::PolicyConfig config;
   config.mode = options.default_mode;
@@ -223,23 +281,34 @@ int run(const Options& options) {
   const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy, fence_options);
   if (options.verbose) {
     std::cerr << program_name << ": model text: " << owner.context(log) << "\n"
-              << program_name << ": fence: " << fence.report().describe() << "\n";
+              << program_name << ": fence: " << fence.report().describe() << "\n"
+              << program_name << ": environment: withheld";
+    const std::vector<std::string> withheld = command.removed_env_names();
+    if (withheld.empty()) {
+      std::cerr << ": none\n";
+    } else {
+      std::cerr << " (names that look like credentials; --keep-env NAME passes one on): ";
+      for (std::size_t i = 0; i < withheld.size(); ++i) {
+        std::cerr << (i == 0 ? "" : ", ") << withheld[i];
+      }
+      std::cerr << "\n";
+    }
   }
 
   DenialWatch watch;
-  dsh::FencedCommand command({"bash", "-c", join(options.command, false)});
   command.in_directory(policy.workspace_root).on_output([&watch](dsh::CommandStream stream, std::string_view bytes) {
     watch(stream, bytes);
   });
   std::cout.flush();
   const int status = command.run(fence);
-  const std::optional<std::string> denial = watch.first_denial();
+  const std::optional<Denial> denial = watch.first_denial();
 
   if (denial && policy.mode != dsh::SandboxMode::danger_full_access) {
     std::cerr << program_name << ": denied by the " << dsh::to_string(policy.mode)
-              << " file policy (Landlock fence): " << *denial << "\n";
+              << " file policy (Landlock fence): " << (denial->cut ? "..." : "") << denial->line << "\n";
+    const std::optional<std::string> path = denial->cut ? std::nullopt : denied_path(denial->line);
     const std::optional<dsh::SandboxMode> wider =
-        wider_mode(policy, denied_path(*denial), owner.escalationChoices(log, dsh::Family::bash));
+        wider_mode(policy, path, owner.escalationChoices(log, dsh::Family::bash));
     if (wider) {
       std::cerr << program_name
                 << ": if this change is required, ask for approval and re-run with a wider mode: " << program_name

@@ -430,6 +430,7 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 
 // The fence's internals: PreparedFence, FencedChild and FencedCommand below are built on them,
 // and they use the types above.
+#include <dsh/detail/command_environment.hpp>
 #include <dsh/detail/fence_child.hpp>
 #include <dsh/detail/fence_guards.hpp>
 #include <dsh/detail/fence_supervisor.hpp>
@@ -512,14 +513,25 @@ public:
   /// instead).
   ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL); }
 
+  /// `TMPDIR=` followed by `report().temporary_directory`, the variable a fenced command gets
+  /// (see FencedCommand); nullptr when the fence has no temporary directory. Async-signal-safe:
+  /// built when the fence was prepared, valid as long as this fence.
+  [[nodiscard]] const char* temporary_directory_assignment() const noexcept {
+    return tmpdir_assignment_.empty() ? nullptr : tmpdir_assignment_.c_str();
+  }
+
 private:
   friend PreparedFence detail::prepare_fence(const ResolvedPolicy&, const FenceOptions&, detail::LandlockProbe,
                                              const detail::HostEnvironment&);
   PreparedFence(FenceReport report, UniqueFd ruleset, detail::OwnedDirectory temporary = {},
                 std::vector<detail::SyscallFilterInstruction> filter = {},
-                std::vector<detail::SyscallFilterInstruction> refusing_filter = {}) noexcept
+                std::vector<detail::SyscallFilterInstruction> refusing_filter = {})
       : report_(std::move(report)), ruleset_(std::move(ruleset)), temporary_(std::move(temporary)),
-        filter_(std::move(filter)), refusing_filter_(std::move(refusing_filter)) {}
+        filter_(std::move(filter)), refusing_filter_(std::move(refusing_filter)) {
+    if (!report_.temporary_directory.empty()) {
+      tmpdir_assignment_ = "TMPDIR=" + report_.temporary_directory.native();
+    }
+  }
 
   friend class FencedCommand;
 
@@ -573,6 +585,7 @@ private:
   detail::OwnedDirectory temporary_;                     // a fence without a session owns its temporary directory
   std::vector<detail::SyscallFilterInstruction> filter_; // for a command in its own IPC namespace
   std::vector<detail::SyscallFilterInstruction> refusing_filter_; // refusing System V IPC too
+  std::string tmpdir_assignment_; // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
 };
 
 class FencedCommand;
@@ -729,8 +742,14 @@ private:
 ///   privilege (or a user namespace), a process group or session is left by setsid(2), and a
 ///   cgroup needs a delegated hierarchy. Neither the host's signal dispositions nor its
 ///   subreaper flag are touched: the supervisor is a process of its own.
-/// The working directory is the host's unless `in_directory` is set; the environment is the
-/// host's. Move-only.
+/// * an environment: by default the host's as it was when this object was constructed, without
+///   every variable whose name contains KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or
+///   AUTH in any case (`removed_env_names` lists them; agent hosts keep model credentials
+///   there); `keep_env`, `set_env`, `unset_env`, `clear_env` and `inherit_env` change it. When
+///   the fence has a private temporary directory (`PreparedFence::temporary_directory_assignment`),
+///   TMPDIR names it, replacing the host's, unless the host gave TMPDIR a value with `set_env`.
+///   The program is still found through the host's $PATH (at construction).
+/// The working directory is the host's unless `in_directory` is set. Move-only.
 class FencedCommand {
 public:
   /// Exit status of a child that could not apply the fence, drop its capabilities, or exec
@@ -745,7 +764,8 @@ public:
   /// executable regular file `<dir>/argv[0]` for the directories of $PATH (default
   /// "/usr/local/bin:/usr/bin:/bin"); unresolved names stay as given and fail at exec.
   /// Throws ConfigError when `argv` is empty.
-  explicit FencedCommand(std::vector<std::string> argv) : args_(std::move(argv)) {
+  /// The environment starts as the class comment's default, read from `environ` now.
+  explicit FencedCommand(std::vector<std::string> argv) : args_(std::move(argv)), environment_(environ) {
     if (args_.empty()) {
       throw ConfigError("FencedCommand: argv must name a program, got an empty argv");
     }
@@ -757,11 +777,11 @@ public:
   }
   FencedCommand(const FencedCommand&) = delete;
   FencedCommand& operator=(const FencedCommand&) = delete;
-  /// Transfers the command (the argv pointers stay valid: the strings do not move).
+  /// Transfers the command (the argv and envp pointers stay valid: the strings do not move).
   FencedCommand(FencedCommand&&) noexcept = default;
   /// Transfers the command.
   FencedCommand& operator=(FencedCommand&&) noexcept = default;
-  /// Releases the argv.
+  /// Releases the argv and the environment.
   ~FencedCommand() = default;
 
   /// The host's choice: makes the child's descriptor `child_fd` (0, 1 or 2) a copy of the
@@ -818,17 +838,68 @@ public:
     return *this;
   }
 
+  /// Gives the command the variable `name` with `value` (replacing the value it would have).
+  /// A credential-looking name is the host's choice here, and so is TMPDIR: the fence's
+  /// temporary directory then does not replace it. Returns `*this`. Throws ConfigError when
+  /// `name` is empty or contains '=' or NUL, or `value` contains NUL (the message names the
+  /// variable and where the NUL is, not the value, which may be a secret).
+  FencedCommand& set_env(std::string name, std::string value) {
+    environment_.set(std::move(name), std::move(value));
+    return *this;
+  }
+
+  /// Removes the variable `name` from the command's environment. Returns `*this`. Throws
+  /// ConfigError when `name` is empty or contains '=' or NUL.
+  FencedCommand& unset_env(std::string_view name) {
+    environment_.unset(name);
+    return *this;
+  }
+
+  /// Starts the command's environment empty: only what `set_env` adds (and the fence's TMPDIR).
+  /// Returns `*this`.
+  FencedCommand& clear_env() {
+    environment_.clear();
+    return *this;
+  }
+
+  /// Back to the default environment (the class comment's), undoing `set_env`, `unset_env`
+  /// and `clear_env`; what `keep_env` kept stays kept. Returns `*this`.
+  FencedCommand& inherit_env() {
+    environment_.inherit();
+    return *this;
+  }
+
+  /// Passes the host's variable `name` on although its name looks like a credential: now, when
+  /// the environment is inherited and the command has no `name` yet, and after every later
+  /// `inherit_env`. Returns `*this`. Throws ConfigError when `name` is empty or contains '='
+  /// or NUL.
+  FencedCommand& keep_env(std::string name) {
+    environment_.keep(std::move(name));
+    return *this;
+  }
+
+  /// The names of the host's variables the credential rule withholds from the command, sorted;
+  /// never their values. `keep_env` names are not listed; a name `set_env` gave a value still
+  /// is (the host's own value is withheld); empty after `clear_env`.
+  [[nodiscard]] std::vector<std::string> removed_env_names() const { return environment_.removed_names(); }
+
+  /// The command's environment as `NAME=VALUE` entries, in the order it gets them, without the
+  /// fence's TMPDIR (which is added when the fence has one).
+  [[nodiscard]] const std::vector<std::string>& environment() const noexcept { return environment_.entries(); }
+
   /// The program that will be executed (resolved path, or argv[0] when not found).
   [[nodiscard]] const std::string& program() const noexcept { return program_; }
   /// The arguments, argv[0] first.
   [[nodiscard]] const std::vector<std::string>& args() const noexcept { return args_; }
 
-  /// In a freshly forked child (e.g. forkpty's): enters its own session (a forkpty child
-  /// already leads one and keeps its terminal), makes `controlling_terminal` its terminal,
-  /// changes directory, copies the descriptors `redirect` named (descriptors not redirected
-  /// stay as the caller left them), applies `fence`, drops the capabilities (read-only and
-  /// workspace-write), resets signal dispositions and mask, then execs the program; never
-  /// returns. No supervisor, relay or time limit: the caller owns the child's lifetime.
+  /// In a freshly forked child (e.g. forkpty's; not a vfork child: it writes the fence's TMPDIR
+  /// into this object's environment array, which must be the child's own copy): enters its own
+  /// session (a forkpty child already leads one and keeps its terminal), makes
+  /// `controlling_terminal` its terminal, changes directory, copies the descriptors `redirect` named (descriptors not
+  /// redirected stay as the caller left them), applies `fence`, drops the capabilities (read-only and workspace-write),
+  /// resets signal dispositions and mask, then execs the program with the command's environment (the fence's TMPDIR
+  /// included, see the class comment); never returns. No supervisor, relay or time limit: the caller owns the child's
+  /// lifetime.
   ///
   /// Async-signal-safe. When a step fails the program is not run: with `error_pipe` >= 0 a
   /// `detail::ChildFailure` record is written to it (fence 1 for the fence and the
@@ -842,9 +913,9 @@ public:
     fail_in_child(error_pipe, start_in_child(fence, plan));
   }
 
-  /// Starts the command under `fence` with the stdio, session, capabilities and supervisor
-  /// described for the class; returns once the program is executing. Call `wait()` on the
-  /// result to relay its output and collect its status.
+  /// Starts the command under `fence` with the stdio, session, capabilities, environment and
+  /// supervisor described for the class; returns once the program is executing. Call `wait()`
+  /// on the result to relay its output and collect its status.
   /// Throws LandlockError when the child could not apply the fence or drop its capabilities,
   /// or the supervisor cannot watch the command's processes (/proc/thread-self/children is
   /// missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required; on other systems always);
@@ -956,7 +1027,10 @@ private:
 
   /// The child's way from fork to exec; returns only when a step failed (that step).
   /// Signal dispositions must already be the defaults (the child shares no handler with the
-  /// host then, even after vfork). Async-signal-safe.
+  /// host then, even after vfork). Async-signal-safe. The fence's TMPDIR goes into the
+  /// environment's spare slot here: in the supervisor's memory (a forked copy of the host's,
+  /// which vfork shares with the command until exec) or in `exec_in_child`'s forked child,
+  /// never in the host's.
   [[nodiscard]] detail::ChildStep start_in_child(const PreparedFence& fence,
                                                  const detail::StartPlan& plan) const noexcept {
     if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
@@ -978,8 +1052,8 @@ private:
       return {errno, "sigprocmask", detail::ChildStage::setup, -1};
     }
     detail::close_inherited_descriptors_on_exec();
-    ::execv(program_.c_str(), argv_.data());
-    return {errno, "execv", detail::ChildStage::exec, -1};
+    ::execve(program_.c_str(), argv_.data(), environment_.envp(fence.temporary_directory_assignment()));
+    return {errno, "execve", detail::ChildStage::exec, -1};
   }
 
   /// The exit status of a child that stopped at `failed`.
@@ -1233,6 +1307,7 @@ private:
   std::vector<std::string> args_;
   std::vector<char*> argv_;
   std::string program_;
+  detail::CommandEnvironment environment_;
   std::filesystem::path directory_;
   std::array<int, 3> stdio_{-1, -1, -1};
   int terminal_ = -1;

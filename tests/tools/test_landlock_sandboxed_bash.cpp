@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #ifndef DSH_SANDBOXED_BASH
@@ -30,6 +31,18 @@ struct Session {
     const dsh::SessionHeader header{"s-sandboxed-bash", lab.workspace().string(), 1764480000000};
     (void)dsh::SessionLog::create(log_path, header);
   }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  /// Removes the session's private temporary directory, which the tool's calls keep for the
+  /// session (named by its log) under the default root.
+  ~Session() {
+    dsh::FenceOptions options;
+    options.session_log = log_path;
+    try {
+      (void)dsh::PreparedFence::remove_temporary_directory(options);
+    } catch (...) { // NOLINT(bugprone-empty-catch): nothing to clean when it cannot be named
+    }
+  }
 
   /// Appends a `sandbox/mode` switch to the session, as the host's /mode command would.
   void switch_to(SandboxMode mode) const {
@@ -44,6 +57,25 @@ struct Session {
     argv.insert(argv.end(), arguments.begin(), arguments.end());
     return dsh::test::capture(none, std::move(argv), lab.base(), lab.base());
   }
+
+  /// Runs the example with exactly `variables` and `PATH`, `LC_ALL=C` as its environment.
+  [[nodiscard]] Captured run_with_environment(const std::vector<std::string>& variables,
+                                              const std::vector<std::string>& arguments) const {
+    std::vector<std::string> argv{"-i", "PATH=" + std::string(search_path), "LC_ALL=C"};
+    argv.insert(argv.end(), variables.begin(), variables.end());
+    argv.emplace_back(DSH_SANDBOXED_BASH);
+    argv.insert(argv.end(), arguments.begin(), arguments.end());
+    return run_program("env", argv);
+  }
+
+  /// Runs `program` with `arguments` (unfenced) in the lab, captured.
+  [[nodiscard]] Captured run_program(const std::string& program, std::vector<std::string> arguments) const {
+    static const dsh::PreparedFence none = dsh::PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+    arguments.insert(arguments.begin(), program);
+    return dsh::test::capture(none, std::move(arguments), lab.base(), lab.base());
+  }
+
+  static constexpr std::string_view search_path = "/usr/local/bin:/usr/bin:/bin";
 
   [[nodiscard]] std::string quoted_log() const { return "'" + log_path.string() + "'"; }
 };
@@ -105,24 +137,69 @@ TEST_CASE("dsh-sandboxed-bash: the session's own switch decides, outside writes 
   CHECK(read_file(outside).empty());
 }
 
-TEST_CASE("dsh-sandboxed-bash: --verbose shows the model text and the fence") {
+TEST_CASE("dsh-sandboxed-bash: --verbose shows the model text, the fence and the names of the withheld variables") {
   DSH_REQUIRE_LANDLOCK();
   const Session session;
-  const Captured run = session.run({"--log", session.log_path.string(), "--verbose", "--", "true"});
-  CHECK(run.exit_code == 0);
   const dsh::PreparedFence fence = dsh::PreparedFence::prepare(session.lab.policy(SandboxMode::read_only));
-  CHECK(run.err == prefix +
-                       "model text: Current DSH file policy: read-only. One-shot bash commands cannot modify files in "
-                       "the standing mode. For one-shot bash commands, do not refuse a required modification from "
-                       "this standing mode alone: attempt it normally and follow the tool's denial and escalation "
-                       "guidance.\n" +
-                       prefix + "fence: " + fence.report().describe() + "\n");
+  const std::string shown = prefix +
+                            "model text: Current DSH file policy: read-only. One-shot bash commands cannot modify "
+                            "files in the standing mode. For one-shot bash commands, do not refuse a required "
+                            "modification from this standing mode alone: attempt it normally and follow the tool's "
+                            "denial and escalation guidance.\n" +
+                            prefix + "fence: " + fence.report().describe() + "\n" + prefix + "environment: withheld";
+  const std::vector<std::string> secrets{"MY_API_KEY=sk-test", "DB_PASSWORD=hunter2", "PLAIN=visible"};
+  const Captured run =
+      session.run_with_environment(secrets, {"--log", session.log_path.string(), "--verbose", "--", "true"});
+  CHECK(run.exit_code == 0);
+  CHECK(run.err == shown + " (names that look like credentials; --keep-env NAME passes one on): DB_PASSWORD, "
+                           "MY_API_KEY\n");
+  CHECK(run.err.find("sk-test") == std::string::npos);
+  CHECK(run.err.find("hunter2") == std::string::npos);
+
+  const Captured kept = session.run_with_environment(
+      secrets, {"--log", session.log_path.string(), "--keep-env", "MY_API_KEY", "--verbose", "--", "true"});
+  CHECK(kept.exit_code == 0);
+  CHECK(kept.err == shown + " (names that look like credentials; --keep-env NAME passes one on): DB_PASSWORD\n");
+
+  const Captured none =
+      session.run_with_environment({"PLAIN=visible"}, {"--log", session.log_path.string(), "--verbose", "--", "true"});
+  CHECK(none.exit_code == 0);
+  CHECK(none.err == shown + ": none\n");
+}
+
+TEST_CASE("dsh-sandboxed-bash: the command does not see the host's credentials unless --keep-env passes one") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const std::vector<std::string> host{"MY_API_KEY=sk-test", "GITHUB_TOKEN=ghp-test", "PLAIN=visible"};
+  const std::string log = session.log_path.string();
+  const std::string show = "echo ${MY_API_KEY-unset} ${GITHUB_TOKEN-unset} ${PLAIN-unset}";
+  const Captured plain =
+      session.run_with_environment({"MY_API_KEY=sk-test"}, {"--log", log, "--", "echo ${MY_API_KEY-unset}"});
+  CHECK(plain.exit_code == 0);
+  CHECK(plain.out == "unset\n");
+  CHECK(plain.err.empty());
+  const Captured kept = session.run_with_environment(
+      {"MY_API_KEY=sk-test"}, {"--log", log, "--keep-env", "MY_API_KEY", "--", "echo ${MY_API_KEY-unset}"});
+  CHECK(kept.exit_code == 0);
+  CHECK(kept.out == "sk-test\n");
+  CHECK(kept.err.empty());
+
+  CHECK(session.run_with_environment(host, {"--log", log, "--", show}).out == "unset unset visible\n");
+  CHECK(session.run_with_environment(host, {"--log", log, "--keep-env", "GITHUB_TOKEN", "--", show}).out ==
+        "unset ghp-test visible\n");
+  CHECK(session
+            .run_with_environment(host, {"--log", log, "--keep-env", "GITHUB_TOKEN", "--keep-env", "MY_API_KEY",
+                                         "--keep-env", "NOT_SET", "--", show})
+            .out == "sk-test ghp-test visible\n");
 }
 
 TEST_CASE("dsh-sandboxed-bash: usage errors and unusable logs run nothing") {
   const Session session;
   const std::string usage = "usage: dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] "
-                            "[--verbose] -- COMMAND...\nMODE is read-only, workspace-write or danger-full-access\n";
+                            "[--keep-env NAME]... [--verbose] -- COMMAND...\nMODE is read-only, workspace-write or "
+                            "danger-full-access\nthe command gets this environment without the variables whose names "
+                            "contain KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env "
+                            "NAME passes one on\n";
   const Captured no_log = session.run({"--", "touch", "x"});
   CHECK(no_log.exit_code == 2);
   CHECK(no_log.err == prefix + "--log SESSION.jsonl is required\n" + usage);
@@ -132,6 +209,16 @@ TEST_CASE("dsh-sandboxed-bash: usage errors and unusable logs run nothing") {
   const Captured no_command = session.run({"--log", session.log_path.string(), "--"});
   CHECK(no_command.exit_code == 2);
   CHECK(no_command.err == prefix + "no COMMAND after --\n" + usage);
+  const Captured no_name = session.run({"--log", session.log_path.string(), "--keep-env"});
+  CHECK(no_name.exit_code == 2);
+  CHECK(no_name.err == prefix + "--keep-env needs a NAME\n" + usage);
+  const Captured bad_name =
+      session.run({"--log", session.log_path.string(), "--keep-env", "MY_API_KEY=x", "--", "touch", "x"});
+  CHECK(bad_name.exit_code == 2);
+  CHECK(bad_name.err == prefix +
+                            "--keep-env: FencedCommand::keep_env: expected a variable name: not empty, without '=' or "
+                            "NUL; found \"MY_API_KEY=x\"\n" +
+                            usage);
   const Captured missing = session.run({"--log", (session.lab.base() / "missing.jsonl").string(), "--", "touch", "x"});
   CHECK(missing.exit_code == 126);
   CHECK(missing.err.rfind(prefix + "not run: ", 0) == 0);
@@ -303,4 +390,26 @@ TEST_CASE("dsh-sandboxed-bash: a forged danger-full-access switch in a log under
   CHECK(read_file(lab.workspace() / "inside.txt") == "<missing>");
   const dsh::PolicyOwner owner;
   CHECK(owner.resolve(dsh::SessionLog::open(log_path)).mode == SandboxMode::workspace_write);
+  dsh::FenceOptions options;
+  options.session_log = log_path;
+  CHECK(dsh::PreparedFence::remove_temporary_directory(options)); // the session's, made by the tool's call
+}
+
+TEST_CASE("dsh-sandboxed-bash: a denial at the end of a line longer than the watch keeps is still reported") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  const std::string command = "head -c 1048576 /dev/zero | tr '\\0' x >&2; echo hi > inside.txt";
+  const Captured run = session.run({"--log", session.log_path.string(), "--", command});
+  CHECK(run.exit_code == 1);
+  CHECK(run.out.empty());
+  const std::string denial = "bash: line 1: inside.txt: Permission denied";
+  const std::string kept = std::string(16384 - denial.size(), 'x') + denial; // the last 16 KiB of the line
+  // The cut line's path is not trusted, so the hint is the narrowest wider mode.
+  CHECK(run.err == std::string(1048576, 'x') + denial + "\n" + prefix +
+                       "denied by the read-only file policy (Landlock fence): ..." + kept + "\n" + prefix +
+                       "if this change is required, ask for approval and re-run with a wider mode: "
+                       "dsh-sandboxed-bash --log " +
+                       session.quoted_log() + " --approved workspace-write -- '" + "head -c 1048576 /dev/zero | tr " +
+                       "'\\''\\0'\\'' x >&2; echo hi > inside.txt'\n");
+  CHECK(read_file(session.lab.workspace() / "inside.txt") == "<missing>");
 }
