@@ -635,6 +635,11 @@ TEST_CASE("neighbours: a session finds its private directory again, and another 
     const int control = control_shell(scripts[0], lab.workspace(), variables);
     text += "control " + std::to_string(control) + " " + std::to_string(exists_nofollow(theirs / "forged.txt")) + "\n";
     std::filesystem::remove(theirs / "forged.txt");
+    // Pinned limit: reading is never fenced, and B's directory is the same user's, so A's command
+    // reads what B left there. The namespace layer, which shows a command only its own
+    // session's directory, will close it; keep secrets out of temporary files until then.
+    const Shell read = shell(again, R"(cat "$B_DIR/b.txt")", lab.workspace(), variables);
+    text += "read " + std::to_string(read.status) + " " + read.out;
 
     // A read-only call of session A gets no private directory, and writes in none.
     const PreparedFence read_only = prepare(lab.policy(SandboxMode::read_only), a);
@@ -660,7 +665,7 @@ TEST_CASE("neighbours: a session finds its private directory again, and another 
     CHECK(seen == "first " + mine + " 0\nsecond " + mine + " 0 left\nother " + theirs + " 0\nmode 0700 owner " +
                       std::to_string(uid_of_host(unprivileged)) +
                       "\nattack 1\nattack 1\nattack 1\nattack 1\nattack 1\ncreate 13\nlisting 1 b-data\n"
-                      "control 0 1\nread-only temporary \"\" 1\ncleanup 11 0\n");
+                      "control 0 1\nread 0 b-data\nread-only temporary \"\" 1\ncleanup 11 0\n");
     std::filesystem::remove_all(root);
   }
 }
@@ -836,36 +841,38 @@ TEST_CASE("neighbours: a squatted session directory (a link, another user's dire
   CHECK(read_file(target / "keep.txt") == "keep\n");
 }
 
-// KNOWN BUG (reported, not fixed here: include/ is out of this change's reach): prepare
-// canonicalizes FenceOptions::temporary_root before make_private_temporary checks it, so a root
-// that is a symbolic link is followed instead of refused, and a dangling one makes the host
-// create the directory the link names, wherever that is. The default root under /tmp is exposed
-// the same way to another local user who plants /tmp/dsh-sandbox-policy-<uid> first. This test
-// states the documented contract ("neither may be a symbolic link"); [!shouldfail] keeps the
-// suite green until the fix, and turns red then, when the tag must go.
-TEST_CASE("neighbours: a temporary root that is a symbolic link is refused, and nothing is made where it points",
-          "[!shouldfail]") {
+// KNOWN BUG, pinned as it behaves today (reported; include/ is out of this change's reach):
+// prepare canonicalizes FenceOptions::temporary_root before make_private_temporary looks at it,
+// so its "neither may be a symbolic link" never sees the link: a root that is a link is
+// followed, and a dangling one makes the host create the directory the link names, wherever
+// that is. The default root /tmp/dsh-sandbox-policy-<uid> is open to the same squatting by
+// another local user who plants the link first. Once fixed, each prepare below must throw
+// LandlockError "cannot make the session's private temporary directory \"<root>/session-...\":
+// \"<root>\": it is a symbolic link", and nothing may appear where the links point.
+TEST_CASE("KNOWN BUG (pinned): a temporary root that is a symbolic link is followed, a dangling one created") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const std::string name = "session-" + dsh::detail::name_digest("squat");
   const std::filesystem::path real = lab.outside() / "real";
   std::filesystem::create_directory(real);
   REQUIRE(::chmod(real.c_str(), 0700) == 0);
+  const std::filesystem::path made_by_the_host = lab.outside() / "made-by-the-host";
   const std::filesystem::path link = lab.tmp_area() / "dsh-sandbox-policy-link";
   std::filesystem::create_directory_symlink(real, link);
   const std::filesystem::path dangling = lab.tmp_area() / "dsh-sandbox-policy-dangling";
-  std::filesystem::create_directory_symlink(lab.outside() / "made-by-the-host", dangling);
-  for (const std::filesystem::path& root : {link, dangling}) {
+  std::filesystem::create_directory_symlink(made_by_the_host, dangling);
+  for (const auto& [root, target] : {std::pair{link, real}, std::pair{dangling, made_by_the_host}}) {
     CAPTURE(root);
     FenceOptions options;
     options.temporary_root = root;
     options.session_id = "squat";
-    CHECK(landlock_error_of([&] { (void)prepare(lab.policy(SandboxMode::workspace_write), options); }) ==
-          "cannot make the session's private temporary directory " + json_string_literal((root / name).native()) +
-              ": " + json_string_literal(root.native()) + ": it is a symbolic link");
+    const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), options);
+    CHECK(fence.report().temporary_directory == target / name); // should have thrown
+    CHECK(shell(fence, R"(echo x > "$DIR/f")", lab.workspace(), {"DIR=" + (target / name).string()}).status == 0);
+    CHECK(read_file(target / name / "f") == "x\n");
   }
-  CHECK(listing(real).empty());
-  CHECK_FALSE(exists_nofollow(lab.outside() / "made-by-the-host"));
+  CHECK(mode_of(made_by_the_host) == "0700"); // made by the host where the dangling link pointed
+  CHECK(owner_of(made_by_the_host) == ::geteuid());
 }
 
 TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-policy-<uid>, or under XDG_RUNTIME_DIR") {
@@ -1120,6 +1127,100 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
       }
     }
     CHECK(seen == expected);
+  }
+}
+
+namespace {
+
+/// In a child: leaves its session and opens the terminal `name` for reading only, without
+/// O_NOCTTY, so that a terminal no session controls becomes its controlling terminal; then
+/// reopens it as /dev/tty and either turns ECHO and ICANON off (`drive`) or writes to its
+/// screen. 0 or the errno of the last step; 200 when the first steps fail.
+int take_over_terminal(const std::string& name, const termios& current, bool drive) {
+  if (::setsid() < 0) {
+    return 200;
+  }
+  const dsh::UniqueFd taken{::open(name.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (!taken) {
+    return 200;
+  }
+  const dsh::UniqueFd tty{::open("/dev/tty", (drive ? O_RDONLY : O_WRONLY) | O_CLOEXEC)};
+  if (!tty) {
+    return errno;
+  }
+  if (drive) {
+    termios changed = current;
+    changed.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON);
+    return errno_of(::tcsetattr(tty.get(), TCSANOW, &changed));
+  }
+  return ::write(tty.get(), "INJECTED\n", 9) == 9 ? 0 : errno;
+}
+
+/// What the terminal whose master side is `master` shows now (without waiting).
+std::string pending_output(int master) {
+  std::string text;
+  pollfd ready{master, POLLIN, 0};
+  std::array<char, 256> buffer{};
+  while (::poll(&ready, 1, 0) > 0) {
+    const ::ssize_t got = ::read(master, buffer.data(), buffer.size());
+    if (got <= 0) {
+      break;
+    }
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  return text;
+}
+
+} // namespace
+
+// KNOWN BUG, pinned as it behaves today (reported; include/ is out of this change's reach):
+// FenceOptions::terminal grants write_file and ioctl_dev on /dev/tty, and /dev/tty opens
+// whatever terminal is the caller's controlling one at that moment, not the one the host
+// chose. A command (read-only too) can leave its session with setsid(2) and open by name, for
+// reading (which no fence refuses), a terminal that no session controls: a pty the host holds
+// for a later call or one whose session has ended. It becomes the command's controlling
+// terminal, and through /dev/tty the command reconfigures it and writes on its screen. Without
+// FenceOptions::terminal both are refused (shown below). Once fixed, the fenced results must
+// be refusals and the terminal unchanged.
+TEST_CASE("KNOWN BUG (pinned): with FenceOptions::terminal, /dev/tty reaches a terminal the command takes over") {
+  DSH_REQUIRE_LANDLOCK();
+  if (dsh::landlock_abi() < 5) {
+    DSH_TEST_SKIP("device ioctls need Landlock ABI 5 (Linux 6.10); this kernel has ABI " +
+                  std::to_string(dsh::landlock_abi()));
+  }
+  const Lab lab;
+  const Pty user(30, 90); // held by the host, controlled by no session
+  const Pty own(24, 80);  // the command's own
+  termios current{};
+  REQUIRE(::tcgetattr(user.slave(), &current) == 0);
+  const std::string before = terminal_state(user.slave());
+  const auto restore = [&] {
+    const winsize size{30, 90, 0, 0};
+    REQUIRE(::tcsetattr(user.slave(), TCSANOW, &current) == 0);
+    REQUIRE(::ioctl(user.slave(), TIOCSWINSZ, &size) == 0);
+    REQUIRE(terminal_state(user.slave()) == before);
+  };
+  // The control: without a fence, a process takes it over the same way.
+  CHECK(unfenced([&] { return take_over_terminal(user.name(), current, true); }) == 0);
+  CHECK(terminal_state(user.slave()) != before);
+  restore();
+  for (const SandboxMode mode : fenced_modes) {
+    CAPTURE(dsh::to_string(mode));
+    FenceOptions options;
+    options.temporary_root = lab.base() / "private";
+    const PreparedFence refusing = prepare(lab.policy(mode), options);
+    CHECK(fenced(refusing, [&] { return take_over_terminal(user.name(), current, true); }) == EACCES);
+    CHECK(fenced(refusing, [&] { return take_over_terminal(user.name(), current, false); }) == EACCES);
+    CHECK(terminal_state(user.slave()) == before);
+    CHECK(pending_output(user.master()).empty());
+
+    options.terminal = own.name();
+    const PreparedFence fence = prepare(lab.policy(mode), options);
+    CHECK(fenced(fence, [&] { return take_over_terminal(user.name(), current, true); }) == 0); // should be EACCES
+    CHECK(terminal_state(user.slave()) != before);                                             // should be unchanged
+    restore();
+    CHECK(fenced(fence, [&] { return take_over_terminal(user.name(), current, false); }) == 0); // should be EACCES
+    CHECK(pending_output(user.master()) == "INJECTED\r\n");                                     // should be empty
   }
 }
 
