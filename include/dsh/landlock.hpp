@@ -475,16 +475,24 @@ public:
   /// `options` names (`session_id`, else `session_log`), with everything in it: call it when
   /// the session ends and none of its calls runs. Returns true when it was removed or did not
   /// exist. Throws LandlockError when `options` names no session (a fence without one removes
-  /// its own directory), or names a temporary root that is not absolute.
+  /// its own directory), names a temporary root that is not absolute, or the root is a symbolic
+  /// link or a directory another user could change (nothing is removed then).
   static bool remove_temporary_directory(const FenceOptions& options) {
     if (options.session_id.empty() && options.session_log.empty()) {
       throw LandlockError("PreparedFence::remove_temporary_directory: expected FenceOptions naming a session "
                           "(session_id or session_log), got neither");
     }
-    const detail::HostEnvironment environment = detail::HostEnvironment::current();
-    const std::filesystem::path directory =
-        canonical_path(detail::temporary_root_of(options, environment)) / detail::private_temporary_name(options);
-    return detail::remove_tree(directory);
+    const std::filesystem::path root = detail::temporary_root_of(options, detail::HostEnvironment::current());
+    struct stat info {};
+    if (::lstat(root.c_str(), &info) != 0) {
+      return errno == ENOENT;
+    }
+    // Never through a link or another user's directory: only what prepare could have made.
+    if (const std::string why = detail::private_directory_problem(info, 022); !why.empty()) {
+      throw LandlockError("PreparedFence::remove_temporary_directory: refusing the temporary root " +
+                          json_string_literal(root.native()) + ": " + why);
+    }
+    return detail::remove_tree(root / detail::private_temporary_name(options));
   }
 
   PreparedFence(const PreparedFence&) = delete;

@@ -841,15 +841,9 @@ TEST_CASE("neighbours: a squatted session directory (a link, another user's dire
   CHECK(read_file(target / "keep.txt") == "keep\n");
 }
 
-// KNOWN BUG, pinned as it behaves today (reported; include/ is out of this change's reach):
-// prepare canonicalizes FenceOptions::temporary_root before make_private_temporary looks at it,
-// so its "neither may be a symbolic link" never sees the link: a root that is a link is
-// followed, and a dangling one makes the host create the directory the link names, wherever
-// that is. The default root /tmp/dsh-sandbox-policy-<uid> is open to the same squatting by
-// another local user who plants the link first. Once fixed, each prepare below must throw
-// LandlockError "cannot make the session's private temporary directory \"<root>/session-...\":
-// \"<root>\": it is a symbolic link", and nothing may appear where the links point.
-TEST_CASE("KNOWN BUG (pinned): a temporary root that is a symbolic link is followed, a dangling one created") {
+// Another local user who plants a link where the temporary root goes (the default one is under
+// /tmp) must not choose where the host makes, and the command writes, its private directory.
+TEST_CASE("neighbours: a temporary root that is a symbolic link is refused, a dangling one is not followed") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const std::string name = "session-" + dsh::detail::name_digest("squat");
@@ -861,18 +855,21 @@ TEST_CASE("KNOWN BUG (pinned): a temporary root that is a symbolic link is follo
   std::filesystem::create_directory_symlink(real, link);
   const std::filesystem::path dangling = lab.tmp_area() / "dsh-sandbox-policy-dangling";
   std::filesystem::create_directory_symlink(made_by_the_host, dangling);
-  for (const auto& [root, target] : {std::pair{link, real}, std::pair{dangling, made_by_the_host}}) {
+  for (const std::filesystem::path& root : {link, dangling}) {
     CAPTURE(root);
     FenceOptions options;
     options.temporary_root = root;
     options.session_id = "squat";
-    const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), options);
-    CHECK(fence.report().temporary_directory == target / name); // should have thrown
-    CHECK(shell(fence, R"(echo x > "$DIR/f")", lab.workspace(), {"DIR=" + (target / name).string()}).status == 0);
-    CHECK(read_file(target / name / "f") == "x\n");
+    const std::string expected = "cannot make the session's private temporary directory " +
+                                 json_string_literal((root / name).native()) + ": " +
+                                 json_string_literal(root.native()) + ": it is a symbolic link";
+    CHECK_THROWS_WITH(prepare(lab.policy(SandboxMode::workspace_write), options), expected);
+    CHECK_THROWS_WITH(PreparedFence::remove_temporary_directory(options),
+                      "PreparedFence::remove_temporary_directory: refusing the temporary root " +
+                          json_string_literal(root.native()) + ": it is a symbolic link");
   }
-  CHECK(mode_of(made_by_the_host) == "0700"); // made by the host where the dangling link pointed
-  CHECK(owner_of(made_by_the_host) == ::geteuid());
+  CHECK(listing(real).empty());
+  CHECK_FALSE(exists_nofollow(made_by_the_host));
 }
 
 TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-policy-<uid>, or under XDG_RUNTIME_DIR") {

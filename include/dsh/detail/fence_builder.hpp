@@ -178,9 +178,12 @@ namespace dsh::detail {
     // The session's private temporary directory: named now, made only once the workspace root
     // is known to expose nothing, so that a refused fence leaves nothing behind.
     const bool default_root = options.temporary_root.empty();
-    const std::filesystem::path temporary_root = canonical_path(temporary_root_of(options, environment));
+    // As spelled, not canonical: the root itself must not be a link (another local user may
+    // have planted one under /tmp); where it is found is the canonical path of its parent.
+    const std::filesystem::path temporary_root = temporary_root_of(options, environment);
     const std::string temporary_name = private_temporary_name(options);
-    const std::filesystem::path temporary = temporary_root / temporary_name;
+    const std::filesystem::path temporary =
+        canonical_path(temporary_root.parent_path()) / temporary_root.filename() / temporary_name;
     guards.push_back(make_guard("the session's temporary directory " + json_string_literal(temporary.native()),
                                 temporary, false, mounts));
     const std::vector<FilesystemLocation> root_regions = reachable_beneath(mounts, root);
