@@ -9,6 +9,7 @@
 #pragma once
 
 #include <dsh/detail/log_state.hpp>
+#include <dsh/detail/path_trust.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -23,6 +24,7 @@
 #include <ranges>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -147,13 +149,25 @@ public:
   /// `{"type":"session","version":0,"id":…,"createdAt":…,"cwd":…,"delegationDepth":0}`
   /// (`cwd` only when the header has one), stored as `options.encoding` says (plain, or one
   /// checksummed Zstandard frame); `options.lock_timeout` bounds the lock waits of the returned
-  /// log (the other options are about opening an existing file and do not apply). The file appears whole or not at all:
-  /// it is written and synced under a temporary name beside `path`, then hard-linked to `path`, checked to be the file
-  /// at that name (same device and inode), and the directory is synced. Throws LogError if `path` exists (nothing is
-  /// overwritten), if the directory cannot be opened or written or does not support hard links, or if `header` holds
-  /// invalid UTF-8. When it throws after the link (another process replaced the name in between, or the directory sync
-  /// failed), it first removes its own link: its message ends with "nothing was created", or, if even that failed, says
-  /// that the log exists and is valid. Throws ConfigError for a negative lock timeout.
+  /// log, and `options.allow_shared_directories` applies as in `open` (the other options are
+  /// about opening an existing file and do not apply).
+  ///
+  /// The file appears whole or not at all, and is the file this call wrote: it is made unnamed
+  /// in the directory (O_TMPFILE), written, given `SESSION_LOG_RESERVE_BYTES` of preallocated
+  /// room past its end (as far as the filesystem allows), synced, then linked to `path` from its
+  /// descriptor (linkat with AT_EMPTY_PATH, or through /proc/self/fd), checked to be the file at
+  /// that name (same device and inode), and the directory is synced. Where the filesystem cannot
+  /// make unnamed files, it is written under a staging name beside `path` and hard-linked, which
+  /// is safe only because no other user may change the directory: in a directory that check
+  /// refused, create then throws even with `allow_shared_directories`.
+  ///
+  /// Throws LogError if a directory that resolves `path` can be changed by another user (see
+  /// `SessionLogOptions::allow_shared_directories`), if `path` exists (nothing is overwritten), if
+  /// the directory cannot be opened or written, or if `header` holds invalid UTF-8; nothing was
+  /// created then. When it throws after the link (another process replaced the name in between,
+  /// or the directory sync failed), it first removes its own link: its message ends with "nothing
+  /// was created", or, if even that failed, says that the log exists and is valid. Throws
+  /// ConfigError for a negative lock timeout.
   [[nodiscard]] static SessionLog create(const std::filesystem::path& path, const SessionHeader& header,
                                          const SessionLogOptions& options = {}) {
     using namespace detail::slog;
@@ -172,38 +186,42 @@ public:
     if (name.empty() || name == "." || name == "..") {
       throw LogError(path, 0, "cannot create: the path does not end in a file name");
     }
-    const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
-    // Everything after the link goes through this descriptor, so it concerns the directory
-    // the link was made in even if that directory is renamed meanwhile.
-    const UniqueFd directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, path);
-    const std::string staging = staging_name(name);
-    const int staged = detail::retry_on_eintr([&] {
-      return ::openat(directory.get(), staging.c_str(), O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                      0644);
-    });
-    if (staged < 0) {
-      throw LogError(path, 0, with_errno("cannot open", errno));
-    }
-    state->fd = UniqueFd(staged);
     state->encoding = options.encoding;
+    const std::string stored = state->encode(std::move(line));
+    const std::filesystem::path parent = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+    // Everything from here on goes through this descriptor, so it concerns the directory the
+    // file is made in even if that directory is renamed meanwhile.
+    const UniqueFd directory = open_file(parent, O_RDONLY | O_DIRECTORY, 0, path);
+    // After the open, so that a missing directory is reported as such.
+    const std::string untrusted = detail::untrusted_directory(path);
+    if (!untrusted.empty() && !options.allow_shared_directories) {
+      throw LogError(path, 0, untrusted + "; refused unless SessionLogOptions::allow_shared_directories is set");
+    }
+    NewFile file = make_new_file(directory.get(), name, untrusted, path);
+    state->fd = UniqueFd(file.fd.release());
     try {
-      const std::string stored = state->encode(std::move(line));
       state->write_line(stored);
-      if (::fsync(state->fd.get()) != 0) {
-        throw LogError(path, 0, with_errno("cannot sync the session header", errno));
-      }
       state->created(stored.size());
-      if (::linkat(directory.get(), staging.c_str(), directory.get(), name.c_str(), 0) != 0) {
-        throw LogError(path, 0,
-                       errno == EEXIST ? std::string("cannot create: the file exists")
-                                       : with_errno("cannot create", errno));
+      state->renew_reserve();
+      if (::fsync(state->fd.get()) != 0) {
+        const int error = errno;
+        throw LogError(path, 0, with_errno("cannot sync the session header", error),
+                       std::error_code(error, std::generic_category()));
       }
+      if (before_link_hook != nullptr) {
+        before_link_hook(path);
+      }
+      link_new_file(directory.get(), state->fd.get(), file.staging, name, path);
     } catch (...) {
-      ::unlinkat(directory.get(), staging.c_str(), 0);
-      throw;
+      if (!file.staging.empty()) {
+        ::unlinkat(directory.get(), file.staging.c_str(), 0);
+      }
+      throw; // an unnamed file vanishes with its descriptor
     }
     // From here on nothing allocates until a failure has been dealt with.
-    ::unlinkat(directory.get(), staging.c_str(), 0);
+    if (!file.staging.empty()) {
+      ::unlinkat(directory.get(), file.staging.c_str(), 0);
+    }
     if (after_link_hook != nullptr) {
       after_link_hook(path);
     }
@@ -228,7 +246,7 @@ public:
           !entry_is(directory.get(), name.c_str(), opened) || ::unlinkat(directory.get(), name.c_str(), 0) == 0;
       std::string what = error != 0 ? with_errno(failure, error) : std::string(failure);
       what += removed ? "; nothing was created" : "; the log exists at this name and is valid";
-      throw LogError(path, 0, what);
+      throw LogError(path, 0, what, error != 0 ? std::error_code(error, std::generic_category()) : std::error_code());
     }
     return SessionLog(std::move(state));
   }
@@ -244,13 +262,16 @@ public:
   /// naming the frame's byte offset. A last line without its final newline (a torn append), or
   /// an incomplete last frame, is cut off (the frame's complete rows written back as one new
   /// frame), the file synced, and the repair reported by `tail_repair()`; that is the only change
-  /// open ever makes. Any other damage throws LogError naming the
+  /// open ever makes to the file's bytes. Any other damage throws LogError naming the
   /// line and what is wrong, and leaves the file byte-for-byte unchanged. Memory use is one
   /// offset per row plus a read buffer that grows only to hold the longest line.
   ///
   /// Before reading, and unless `options` opts in, throws LogError if the name is a symbolic
-  /// link, if the file's owner is not the effective user, or if its group or other users may
-  /// write it: whoever can rewrite a log can rewrite the mode it resumes with. Throws
+  /// link, if a directory that resolves `path` can be changed by another user (see
+  /// `SessionLogOptions::allow_shared_directories`), if the file's owner is not the effective
+  /// user, or if its group or other users may write it: whoever can rewrite or replace a log can
+  /// rewrite the mode it resumes with. Once validated, the log preallocates
+  /// `SESSION_LOG_RESERVE_BYTES` past its end (see `reserved_bytes`). Throws
   /// LogError if the file lock is not acquired within `options.lock_timeout`, and
   /// ConfigError for a negative timeout. Out of memory throws std::bad_alloc, with the file
   /// unchanged.
@@ -259,6 +280,8 @@ public:
     check_options(options);
     auto state = std::make_unique<LogState>(path, options);
     state->fd = open_file(path, O_RDWR | O_APPEND | (options.follow_symlink ? 0 : O_NOFOLLOW), 0, path);
+    // After the open, so that a link at the name is refused as a link unless it is followed.
+    check_directories(path, options);
     struct stat status {};
     if (::fstat(state->fd.get(), &status) != 0) {
       throw LogError(path, 0, with_errno("cannot stat", errno));
@@ -268,6 +291,7 @@ public:
     }
     const ExclusiveFileLock file_lock(state->fd.get(), path, options.lock_timeout);
     state->load();
+    state->renew_reserve();
     return SessionLog(std::move(state));
   }
 
@@ -290,6 +314,18 @@ public:
   /// Returns the seq the next event will get.
   [[nodiscard]] std::uint64_t next_seq() const { return state_->next_seq(); }
 
+  /// Returns how many bytes past the end of the file this log keeps preallocated for a
+  /// `sandbox/mode` switch (`SESSION_LOG_RESERVE_BYTES` normally). Ordinary appends never write
+  /// into that room: each first extends the preallocation to cover itself and the reserve, and
+  /// fails cleanly when it cannot. A switch may write into it, then renews it. Less than the full
+  /// reserve after a switch on a full filesystem; 0 when the filesystem cannot preallocate
+  /// (EOPNOTSUPP: tmpfs and ext4 can, ramfs and some network or FUSE filesystems cannot): then a
+  /// switch to a stricter mode may fail for lack of space like any append, and the host must
+  /// itself keep the stricter mode for its next call when it does. Another process that cuts the
+  /// file back (a torn tail, a failed append) releases the room until this log's next append or
+  /// refresh.
+  [[nodiscard]] std::uint64_t reserved_bytes() const noexcept { return state_->reserved(); }
+
   /// Returns the last torn line this log cut off (at open, or one a crashed writer left
   /// behind that an append or refresh found), or nullopt if there was none.
   [[nodiscard]] std::optional<TailRepair> tail_repair() const { return state_->tail_repair(); }
@@ -309,6 +345,12 @@ public:
   /// or a failed sync cuts the file back to its previous length and throws LogError. Everything append allocates is
   /// allocated before the write: std::bad_alloc reaches the caller with the file unchanged, and once the line is
   /// written append cannot fail.
+  ///
+  /// The reserve: an event that is not a `sandbox/mode` switch is first given preallocated room
+  /// for itself and `SESSION_LOG_RESERVE_BYTES` past it; when the filesystem has no room, append
+  /// throws LogError (its `code()` `std::errc::no_space_on_device`, or the quota's) with the file
+  /// unchanged. A switch may use the reserve (so a switch to a stricter mode can be written after a
+  /// call filled the disk) and renews it afterwards as far as there is room (`reserved_bytes`).
   std::uint64_t append(std::string_view type, nlohmann::json data) {
     return state_->append(type, std::move(data), nlohmann::json::object());
   }

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 namespace dsh {
@@ -20,14 +21,19 @@ namespace dsh {
 /// wrong: `session log "/var/s.jsonl" line 3: seq 2 where 1 was expected`.
 class LogError : public Error {
 public:
-  /// Builds the error for `path`; `line` is 1-based, or 0 when no single line is at fault.
-  LogError(std::filesystem::path path, std::size_t line, std::string_view what)
-      : Error(message(path, line, what)), path_(std::move(path)), line_(line) {}
+  /// Builds the error for `path`; `line` is 1-based, or 0 when no single line is at fault;
+  /// `code` is the system error behind it, if one is.
+  LogError(std::filesystem::path path, std::size_t line, std::string_view what, std::error_code code = {})
+      : Error(message(path, line, what)), path_(std::move(path)), line_(line), code_(code) {}
 
   /// Returns the log's path as it was given.
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   /// Returns the 1-based line at fault, or 0 when the error is about the file as a whole.
   [[nodiscard]] std::size_t line() const noexcept { return line_; }
+  /// Returns the system error behind the failure (`std::errc::no_space_on_device` for an append
+  /// refused for lack of room), or an empty code when it was not a system call's failure or the
+  /// call site does not record one.
+  [[nodiscard]] const std::error_code& code() const noexcept { return code_; }
 
 private:
   [[nodiscard]] static std::string message(const std::filesystem::path& path, std::size_t line, std::string_view what) {
@@ -41,6 +47,7 @@ private:
 
   std::filesystem::path path_;
   std::size_t line_;
+  std::error_code code_;
 };
 
 /// How a session log is stored on disk. `SessionLog::open` tells them apart by the file's
@@ -61,6 +68,14 @@ struct TailRepair {
   bool operator==(const TailRepair&) const = default;
 };
 
+/// How many bytes a `SessionLog` keeps preallocated past the end of its file (fallocate with
+/// FALLOC_FL_KEEP_SIZE), so that a `sandbox/mode` switch can still be written after other writes
+/// filled the filesystem: ordinary appends never write into it. 64 KiB: at least one whole
+/// allocation unit on every filesystem Linux hosts use (4 KiB blocks; 64 KiB pages of tmpfs on
+/// some arm64 and ppc64 kernels), room for a few hundred switch lines of about 150 bytes (plain or
+/// as a Zstandard frame), and a negligible cost per log.
+inline constexpr std::uint64_t SESSION_LOG_RESERVE_BYTES = 64 * 1024;
+
 /// How `SessionLog::open` treats the file it opens, and how long a `SessionLog` waits for the
 /// file lock. The defaults suit a log in a directory other users may write to: each relaxation
 /// is an explicit opt-in, because whoever can rewrite the log can rewrite its `sandbox/mode`
@@ -73,6 +88,15 @@ struct SessionLogOptions {
   bool allow_foreign_owner = false;
   /// Open a log its group or other users may write (mode bits 020 or 002). Refused by default.
   bool allow_shared_write = false;
+  /// Open or create a log although a directory that resolves its path (an ancestor, or one a
+  /// symbolic link on the way leads through) can be changed by another user: owned by someone
+  /// other than root and the effective user, or writable by others or by a group another user
+  /// may hold, without the sticky bit (the test OpenSSH's StrictModes makes). Refused by default,
+  /// because such a user can rename any file over the log's name, even one of the host's own
+  /// logs of another session that switched to danger-full-access, and the file's owner and mode
+  /// checks would still pass. Setting it trusts every user who can write those directories with
+  /// the mode of every later call.
+  bool allow_shared_directories = false;
   /// The longest wait for the exclusive file lock (in open, append and refresh); after it the
   /// call throws LogError. Zero tries once; a negative timeout is a ConfigError.
   std::chrono::milliseconds lock_timeout{10000};

@@ -168,8 +168,9 @@ namespace dsh {
 /// Opens a stored session's log (see `SessionLog::open`) and checks that its header names the
 /// session that lives there: the id and cwd of the header must lead to the project and session
 /// directories the log was found in, as DSH requires. Throws LogError for a header that leads
-/// elsewhere, for a file whose content is not in the encoding its name says (DSH would not
-/// read it), and for what `SessionLog::open` throws.
+/// elsewhere, for a directory on the way that another user can change (before anything is read;
+/// see `SessionLogOptions::allow_shared_directories`), for a file whose content is not in the encoding its name says
+/// (DSH would not read it), and for what `SessionLog::open` throws.
 [[nodiscard]] inline SessionLog open_dsh_session(const DshStoredSession& stored) {
   const auto refuse_mismatch = [&stored] {
     throw LogError(stored.path, 0,
@@ -177,6 +178,8 @@ namespace dsh {
                        ? "named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames"
                        : "named session.jsonl, but the file holds Zstandard frames, not plain JSON lines");
   };
+  // Before the peek below reads anything: SessionLog::open would refuse such a directory too.
+  detail::slog::check_directories(stored.path, SessionLogOptions{});
   {
     // Looked at before opening, which may repair a torn tail: a mismatched file is left as it is.
     const UniqueFd peek = detail::slog::open_file(stored.path, O_RDONLY | O_NOFOLLOW, 0, stored.path);

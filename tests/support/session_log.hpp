@@ -1,5 +1,6 @@
 // Shared by the session-log tests: whole-file byte access, fixture copies,
-// capturing a LogError, and forked children that report back through a pipe.
+// capturing a LogError, forked children that report back through a pipe, and what such a child
+// may become (another user, or the owner of a private mount namespace).
 #pragma once
 
 #include <dsh/session_log.hpp>
@@ -18,6 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -189,6 +194,29 @@ private:
   pid_t pid_ = -1;
   int read_fd_ = -1;
 };
+
+/// The unprivileged user (and group) the tests play other users with: nobody.
+inline constexpr ::uid_t nobody_uid = 65534;
+
+/// In a child: becomes uid and gid 65534 (nobody) for good, with no supplementary groups;
+/// returns false if the process could not.
+[[nodiscard]] inline bool become_nobody() {
+  return ::setgroups(0, nullptr) == 0 && ::setgid(nobody_uid) == 0 && ::setuid(nobody_uid) == 0;
+}
+
+/// In a child (as root): moves into a mount namespace of its own whose mounts propagate nowhere,
+/// so that what it mounts or unmounts ends with it; returns false if it could not.
+[[nodiscard]] inline bool enter_private_mount_namespace() {
+  return ::unshare(CLONE_NEWNS) == 0 && ::mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0;
+}
+
+/// Makes the directory `path` with exactly `mode` (umask aside) and the owner `uid`:`gid`;
+/// throws if it cannot.
+inline void make_directory(const std::filesystem::path& path, ::mode_t mode, ::uid_t uid = 0, ::gid_t gid = 0) {
+  if (::mkdir(path.c_str(), 0700) != 0 || ::chown(path.c_str(), uid, gid) != 0 || ::chmod(path.c_str(), mode) != 0) {
+    throw std::runtime_error("cannot make the directory " + path.string());
+  }
+}
 
 /// Writes all of `text` to `fd` (in a child: reports to the parent).
 inline void write_all(int fd, std::string_view text) {

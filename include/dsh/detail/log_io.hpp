@@ -1,8 +1,10 @@
 /// @file
-/// The file operations of a session log: opening and trusting the file, the bounded file
-/// lock, positioned reads, the line walk, and checking that the name still leads to the file.
+/// The file operations of a session log: opening and trusting the file and its directories, making
+/// a new file and giving it its name, the bounded file lock, positioned reads, the line walk, and
+/// checking that the name still leads to the file.
 #pragma once
 
+#include <dsh/detail/path_trust.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/session_log_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -69,13 +71,21 @@ inline void check_trust(const struct stat& status, const SessionLogOptions& opti
                        " of this process; refused unless SessionLogOptions::allow_foreign_owner is set");
   }
   if (!options.allow_shared_write && (status.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    constexpr const char* octal = "01234567";
-    const auto bits = static_cast<unsigned>(status.st_mode & 07777U);
-    const std::string mode{octal[(bits >> 9U) & 7U], octal[(bits >> 6U) & 7U], octal[(bits >> 3U) & 7U],
-                           octal[bits & 7U]};
     throw LogError(path, 0,
-                   "writable by its group or by other users (mode " + mode +
+                   "writable by its group or by other users (mode " + octal_mode(status.st_mode) +
                        "); refused unless SessionLogOptions::allow_shared_write is set");
+  }
+}
+
+/// Throws LogError, unless `options.allow_shared_directories` is set, when a directory that
+/// resolves `path` can be changed by another user (see `untrusted_directory`): such a user could
+/// rename another log over this one, and the file's own owner and mode would not show it.
+inline void check_directories(const std::filesystem::path& path, const SessionLogOptions& options) {
+  if (options.allow_shared_directories) {
+    return;
+  }
+  if (std::string reason = untrusted_directory(path); !reason.empty()) {
+    throw LogError(path, 0, reason + "; refused unless SessionLogOptions::allow_shared_directories is set");
   }
 }
 
@@ -207,10 +217,89 @@ template <class OnRow> std::uint64_t for_each_row(int fd, const std::filesystem:
   return "it was moved away from its name";
 }
 
-/// Returns a fresh file name for the file `create` builds beside `name` before linking it.
+/// Returns a fresh file name for the file `create` builds beside `name` before linking it, where
+/// the filesystem cannot make an unnamed one.
 [[nodiscard]] inline std::string staging_name(const std::filesystem::path& name) {
   std::random_device entropy;
   return name.native() + ".creating." + std::to_string(::getpid()) + "." + std::to_string(entropy());
+}
+
+/// The file `SessionLog::create` writes before it has the log's name: unnamed (O_TMPFILE), or,
+/// where the filesystem cannot make unnamed files, under a staging name beside the log.
+struct NewFile {
+  UniqueFd fd;         ///< Open for reading and appending.
+  std::string staging; ///< The staging name in the directory; empty for an unnamed file.
+};
+
+/// Makes the file `SessionLog::create` writes, in the open directory `directory`: unnamed
+/// (O_TMPFILE), so that no other process can reach it, let alone replace it, before
+/// `link_new_file` gives it its name. Where the filesystem cannot make unnamed files (EOPNOTSUPP;
+/// EISDIR from a kernel without O_TMPFILE; EINVAL), it is made under a fresh staging name beside
+/// `name`, but only when `untrusted` (what `untrusted_directory` said of the log's path) is empty:
+/// in a directory another user may change, that user could rename a file of their choice over the
+/// staging name before the link. Throws LogError, having made nothing, otherwise.
+[[nodiscard]] inline NewFile make_new_file(int directory, const std::string& name, const std::string& untrusted,
+                                           const std::filesystem::path& path) {
+  constexpr int flags = O_RDWR | O_APPEND | O_CLOEXEC;
+  const int unnamed = retry_on_eintr([&] { return ::openat(directory, ".", flags | O_TMPFILE, 0644); });
+  if (unnamed >= 0) {
+    return {UniqueFd(unnamed), {}};
+  }
+  const int error = errno;
+  if (error != EOPNOTSUPP && error != EISDIR && error != EINVAL) {
+    throw LogError(path, 0, with_errno("cannot create", error), std::error_code(error, std::generic_category()));
+  }
+  if (!untrusted.empty()) {
+    throw LogError(path, 0,
+                   with_errno("cannot create: the filesystem cannot make an unnamed file (O_TMPFILE)", error) +
+                       ", and a staging name could be replaced before it is linked: " + untrusted +
+                       "; nothing was created",
+                   std::error_code(error, std::generic_category()));
+  }
+  NewFile file;
+  file.staging = staging_name(name);
+  const int staged = retry_on_eintr(
+      [&] { return ::openat(directory, file.staging.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW, 0644); });
+  if (staged < 0) {
+    const int failure = errno;
+    throw LogError(path, 0, with_errno("cannot create", failure), std::error_code(failure, std::generic_category()));
+  }
+  file.fd = UniqueFd(staged);
+  return file;
+}
+
+/// Gives the new file (open as `fd`; `staging` its staging name, or empty for an unnamed file) the
+/// name `name` in `directory`, which fails if the name exists. An unnamed file is linked from its
+/// descriptor with AT_EMPTY_PATH (no path is resolved, so nothing can
+/// stand in for the file), or, where the kernel refuses that to a process without
+/// CAP_DAC_READ_SEARCH, from /proc/self/fd/N with AT_SYMLINK_FOLLOW, which needs no privilege; a
+/// staged file from its staging name. Throws LogError, the file keeping no new name, when the link
+/// fails: "the file exists" for an existing name.
+inline void link_new_file(int directory, int fd, const std::string& staging, const std::string& name,
+                          const std::filesystem::path& path) {
+  int result = 0;
+  if (!staging.empty()) {
+    result = ::linkat(directory, staging.c_str(), directory, name.c_str(), 0);
+  } else {
+    result = ::linkat(fd, "", directory, name.c_str(), AT_EMPTY_PATH);
+    if (result != 0 && errno == ENOENT) { // not permitted (or the directory is gone: /proc says which)
+      const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+      result = ::linkat(AT_FDCWD, proc.c_str(), directory, name.c_str(), AT_SYMLINK_FOLLOW);
+      if (result != 0 && errno == ENOENT) {
+        throw LogError(path, 0,
+                       "cannot create: the new file could not be linked to its name, with AT_EMPTY_PATH nor "
+                       "through /proc/self/fd: " +
+                           std::generic_category().message(ENOENT) + "; nothing was created",
+                       std::error_code(ENOENT, std::generic_category()));
+      }
+    }
+  }
+  if (result != 0) {
+    const int error = errno;
+    throw LogError(path, 0,
+                   error == EEXIST ? std::string("cannot create: the file exists") : with_errno("cannot create", error),
+                   std::error_code(error, std::generic_category()));
+  }
 }
 
 /// Returns true if `name` in the directory `directory` is the file `opened` (its `fstat`).

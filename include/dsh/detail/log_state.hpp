@@ -20,8 +20,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
+#include <fcntl.h>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,6 +42,11 @@ namespace dsh::detail::slog {
 /// linking the new file at that name, before checking that the name still leads to the file
 /// (so a test can play the process that swaps the name in between). Null in production.
 inline void (*after_link_hook)(const std::filesystem::path&) = nullptr;
+
+/// A test seam: when set, `SessionLog::create` calls it with the log's path once the new file is
+/// written and synced, right before giving it its name (so a test can play the user who renames
+/// another file over whatever name the new file has then). Null in production.
+inline void (*before_link_hook)(const std::filesystem::path&) = nullptr;
 
 /// Where one batch frame of a Zstandard log lies: in the file, and in the text of all batches
 /// one after the other (where each of its rows begins; a row is followed by its newline).
@@ -220,9 +227,26 @@ public:
     const std::size_t line_size = line.size();
     const std::string stored = encode(std::move(line));
     check_line_size(stored.size(), path);
+    if (!switched) {
+      // An ordinary event must leave the reserve whole: it gets its room before it is written.
+      if (const int error = preallocate(stored.size() + SESSION_LOG_RESERVE_BYTES); error != 0 && error != EOPNOTSUPP) {
+        throw LogError(path, 0,
+                       with_errno("cannot append: no room could be preallocated for the event and the " +
+                                      std::to_string(SESSION_LOG_RESERVE_BYTES) +
+                                      " bytes kept past it for a sandbox/mode switch",
+                                  error) +
+                           "; nothing was written",
+                       std::error_code(error, std::generic_category()));
+      }
+    }
     reserve_row();
     write_line(stored);
     publish_appended(stored.size(), line_size, switched);
+    if (switched) {
+      renew_reserve(); // it may have written into the reserve
+    } else {
+      note_reserve();
+    }
     return seq;
   }
 
@@ -233,7 +257,17 @@ public:
     const ExclusiveFileLock file_lock(fd.get(), path, options.lock_timeout);
     check_still_named();
     catch_up();
+    renew_reserve();
   }
+
+  /// Preallocates `SESSION_LOG_RESERVE_BYTES` past the end of the file, without changing its
+  /// size, as far as the filesystem allows; `reserved()` says what this log holds then. Never
+  /// throws: the reserve is a promise about later writes, not a condition of this one.
+  void renew_reserve() noexcept { static_cast<void>(preallocate(SESSION_LOG_RESERVE_BYTES)); }
+
+  /// Returns how many bytes past the end of the file this log last preallocated and still counts
+  /// on (0 when the filesystem cannot preallocate, or the last renewal found no room).
+  [[nodiscard]] std::uint64_t reserved() const noexcept { return reserved_.load(std::memory_order_acquire); }
 
   /// Parses event row `index` from the file.
   [[nodiscard]] nlohmann::json read_event(std::size_t index) const {
@@ -288,12 +322,15 @@ public:
   void write_line(const std::string& line) {
     const ssize_t written = retry_on_eintr([&] { return ::write(fd.get(), line.data(), line.size()); });
     if (written < 0 || static_cast<std::size_t>(written) != line.size()) {
-      roll_back(written < 0 ? with_errno("cannot write", errno)
+      const int error = written < 0 ? errno : 0;
+      roll_back(written < 0 ? with_errno("cannot write", error)
                             : "cannot write: only " + std::to_string(written) + " of " + std::to_string(line.size()) +
-                                  " bytes were written");
+                                  " bytes were written",
+                error);
     }
     if (::fdatasync(fd.get()) != 0) {
-      roll_back(with_errno("cannot sync", errno));
+      const int error = errno;
+      roll_back(with_errno("cannot sync", error), error);
     }
   }
 
@@ -411,6 +448,7 @@ private:
     if (::ftruncate(fd.get(), static_cast<off_t>(cut)) != 0 || ::fdatasync(fd.get()) != 0) {
       throw LogError(path, 0, with_errno("cannot cut the torn last frame", errno));
     }
+    released_past(cut);
     if (!frame.empty()) {
       const ssize_t written = retry_on_eintr([&] { return ::write(fd.get(), frame.data(), frame.size()); });
       if (written < 0 || static_cast<std::size_t>(written) != frame.size() || ::fdatasync(fd.get()) != 0) {
@@ -462,6 +500,7 @@ private:
     if (::ftruncate(fd.get(), static_cast<off_t>(end)) != 0 || ::fdatasync(fd.get()) != 0) {
       throw LogError(path, line, with_errno("cannot cut the torn last line", errno));
     }
+    released_past(end);
     return TailRepair{line, end, size - end};
   }
 
@@ -519,18 +558,60 @@ private:
     mode_.store(encode_mode(tally_.mode), std::memory_order_release);
   }
 
-  [[noreturn]] void roll_back(const std::string& failure) {
+  /// Cuts the file back to the end of the last validated row after a failed write, syncs it, and
+  /// throws LogError with `failure` (carrying `error`, the errno behind it, when not 0).
+  [[noreturn]] void roll_back(const std::string& failure, int error) {
+    const std::error_code code = error != 0 ? std::error_code(error, std::generic_category()) : std::error_code();
     if (::ftruncate(fd.get(), static_cast<off_t>(end_)) != 0) {
       broken_ = true;
-      throw LogError(path, 0, failure + "; " + with_errno("rolling back failed too", errno));
+      throw LogError(path, 0, failure + "; " + with_errno("rolling back failed too", errno), code);
     }
+    released_past(end_);
     static_cast<void>(::fdatasync(fd.get()));
-    throw LogError(path, 0, failure + "; the file was rolled back to " + std::to_string(end_) + " bytes");
+    renew_reserve();
+    throw LogError(path, 0, failure + "; the file was rolled back to " + std::to_string(end_) + " bytes", code);
+  }
+
+  /// Preallocates `length` bytes from the end of the file (FALLOC_FL_KEEP_SIZE: the size stays);
+  /// returns 0, or the errno of the failure (EOPNOTSUPP for a filesystem that cannot, which is
+  /// then not asked again).
+  int preallocate(std::uint64_t length) noexcept {
+    if (!can_preallocate_) {
+      return EOPNOTSUPP;
+    }
+    const std::uint64_t from = end_;
+    const int result = retry_on_eintr([&]() noexcept {
+      return ::fallocate(fd.get(), FALLOC_FL_KEEP_SIZE, static_cast<off_t>(from), static_cast<off_t>(length));
+    });
+    // ENOSYS: a filesystem (or FUSE server) that does not implement it.
+    const int error = result == 0 ? 0 : (errno == ENOSYS ? EOPNOTSUPP : errno);
+    if (result == 0) {
+      reserved_end_ = from + length;
+    } else if (error == EOPNOTSUPP) {
+      can_preallocate_ = false;
+      reserved_end_ = 0;
+    }
+    note_reserve();
+    return error;
+  }
+
+  /// Forgets the preallocation past `size`, which cutting the file to `size` released.
+  void released_past(std::uint64_t size) noexcept { reserved_end_ = std::min(reserved_end_, size); }
+
+  /// Publishes how much of the preallocation lies past the end of the file.
+  void note_reserve() noexcept {
+    reserved_.store(reserved_end_ > end_ ? reserved_end_ - end_ : 0, std::memory_order_release);
   }
 
   std::mutex write_mutex_;
   bool broken_ = false;        // guarded by write_mutex_
   const char* lost_ = nullptr; // what became of the file, once it was lost; guarded by write_mutex_
+  // The reserve past the end of the file (SESSION_LOG_RESERVE_BYTES): where the range this log last
+  // preallocated ends, and whether the filesystem can preallocate at all. Guarded by write_mutex_
+  // (load and create run before the state is shared); reserved_ publishes the bytes past end_.
+  std::uint64_t reserved_end_ = 0;
+  bool can_preallocate_ = true;
+  std::atomic<std::uint64_t> reserved_{0};
 
   mutable std::mutex index_mutex_;
   // Where each event row begins: a file offset in a plain log, an offset in the text of all
