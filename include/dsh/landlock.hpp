@@ -334,6 +334,12 @@ struct FenceOptions {
   /// link; guards protect only this call's own session). Turn it on only for a host with one
   /// session at a time, or whose sessions keep nothing there.
   bool shared_temporary_areas = false;
+  /// Trust a workspace root, session cwd or temporary root in workspace-write even when a
+  /// directory on its path can be changed by another local user (writable by others, or by a
+  /// group another user is in, without the sticky bit; or owned by another user than root): that
+  /// user could then swap the workspace for a link, and the next call would grant the link's
+  /// target. Off by default: such a path is refused, the way OpenSSH's StrictModes refuses it.
+  bool allow_shared_directories = false;
   /// Refuse every TCP bind and connect in read-only and workspace-write (Landlock ABI 4,
   /// Linux 6.7; prepare throws LandlockError on an older kernel). Off by default: the model
   /// text says nothing about the network.

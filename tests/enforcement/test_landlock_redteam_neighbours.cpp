@@ -887,6 +887,7 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
     std::string text;
     FenceOptions options;
     options.session_id = "neighbours-default-root";
+    options.allow_shared_directories = true; // the laboratory's outside/ belongs to uid 65534 here
     for (const char* xdg : {static_cast<const char*>(nullptr), runtime.c_str(), open_runtime.c_str(), "relative"}) {
       if (xdg == nullptr) {
         ::unsetenv("XDG_RUNTIME_DIR");
@@ -1705,4 +1706,69 @@ TEST_CASE("limit: a fenced command can chmod its own session log and hold a shar
     CHECK(mode_of(log.path) == "0600");
     CHECK(read_file(log.path) == log.bytes);
   }
+}
+
+// A workspace (or session cwd) in a directory another local user can change is swapped by that
+// user for a link, and the next call would grant the link's target: refused, as OpenSSH's
+// StrictModes refuses such paths, unless the host trusts them by name.
+TEST_CASE("neighbours: a workspace in a directory another user can change is refused unless trusted") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path shared = lab.base() / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::create_directory(shared / "ws");
+  dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+  policy.workspace_root = dsh::canonical_path(shared / "ws");
+  FenceOptions options;
+  options.temporary_root = lab.base() / "private";
+  options.session_id = "strict";
+  const auto refusal = [&](const std::string& mode, const std::string& owner) {
+    return "Landlock fence for workspace-write: refusing the workspace root " +
+           json_string_literal(policy.workspace_root.native()) + ": the directory " +
+           json_string_literal(dsh::canonical_path(shared).native()) + " (mode " + mode + ", owner uid " + owner +
+           ", group gid 0) is writable by another user and has no sticky bit (set "
+           "FenceOptions::allow_shared_directories to trust it)";
+  };
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+  CHECK_THROWS_WITH(prepare(policy, options), refusal("0777", "0"));
+  REQUIRE(::chmod(shared.c_str(), 0770) == 0);
+  REQUIRE(::chown(shared.c_str(), 0, 4242) == 0); // a group with no entry: it may hold anyone
+  CHECK_THROWS_WITH(prepare(policy, options),
+                    "Landlock fence for workspace-write: refusing the workspace root " +
+                        json_string_literal(policy.workspace_root.native()) + ": the directory " +
+                        json_string_literal(dsh::canonical_path(shared).native()) +
+                        " (mode 0770, owner uid 0, group gid 4242) is writable by another user and has no sticky bit "
+                        "(set FenceOptions::allow_shared_directories to trust it)");
+  REQUIRE(::chown(shared.c_str(), 0, 0) == 0);
+  REQUIRE(::chmod(shared.c_str(), 01777) == 0); // sticky: nobody else may rename our entries
+  CHECK(prepare(policy, options).report().status == dsh::FenceStatus::enforced);
+  REQUIRE(::chmod(shared.c_str(), 0777) == 0);
+  REQUIRE(::chmod(lab.base().c_str(), 0711) == 0); // the other user may pass through to shared/
+  // The swap itself, by another local user, and why the refusal matters: a trusting host's next
+  // call grants wherever the link points.
+  const int swapped = dsh::test::in_child(nullptr, [&] {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      return 240;
+    }
+    if (::rename((shared / "ws").c_str(), (shared / "ws.old").c_str()) != 0) {
+      return errno;
+    }
+    return errno_of(::symlink(lab.outside().c_str(), (shared / "ws").c_str()));
+  });
+  REQUIRE(swapped == 0);
+  dsh::ResolvedPolicy next = policy;
+  next.workspace_root = dsh::canonical_path(shared / "ws"); // as the owner would resolve it next time
+  CHECK(next.workspace_root == lab.outside());
+  FenceOptions trusting = options;
+  trusting.allow_shared_directories = true;
+  trusting.session_cwd = shared / "ws";
+  CHECK(dsh::test::grants_directory_of(prepare(next, trusting).report(), lab.outside()));
+  options.session_cwd = shared / "ws";
+  CHECK_THROWS_WITH(prepare(next, options), "Landlock fence for workspace-write: refusing the session cwd " +
+                                                json_string_literal((shared / "ws").native()) + ": the directory " +
+                                                json_string_literal(shared.native()) +
+                                                " (mode 0777, owner uid 0, group gid 0) is writable by another user "
+                                                "and has no sticky bit (set FenceOptions::allow_shared_directories "
+                                                "to trust it)");
+  CHECK(read_file(lab.outside() / "keep") == "<missing>"); // nothing granted, nothing written
 }

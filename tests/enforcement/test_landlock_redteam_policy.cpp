@@ -83,6 +83,9 @@ int append(const std::filesystem::path& path, const std::string& line) {
 /// even then. (By default they are not granted at all: tests/enforcement/test_landlock_redteam_neighbours.cpp.)
 PreparedFence prepare(const dsh::ResolvedPolicy& policy, FenceOptions options = {}) {
   options.shared_temporary_areas = true;
+  // Some attempts need a workspace other users can write (OpenWorkspace): trusted here, refused
+  // by default (tests/enforcement/test_landlock_redteam_neighbours.cpp).
+  options.allow_shared_directories = true;
   return dsh::detail::prepare_fence(policy, options, dsh::detail::probe_landlock(), nullptr);
 }
 

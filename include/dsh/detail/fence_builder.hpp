@@ -9,6 +9,7 @@
 
 #include <dsh/detail/host_environment.hpp>
 #include <dsh/detail/mount_table.hpp>
+#include <dsh/detail/path_trust.hpp>
 #include <dsh/detail/private_temporary.hpp>
 
 #include <sys/sysmacros.h>
@@ -172,6 +173,21 @@ namespace dsh::detail {
       throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) +
                           ": it would grant the whole filesystem, including the session log, the workspace entry "
                           "and the host, which decide later calls");
+    }
+    // Paths another local user could swap are refused before anything is granted.
+    if (!options.allow_shared_directories) {
+      const std::string advice = " (set FenceOptions::allow_shared_directories to trust it)";
+      for (const auto& [what, path] :
+           {std::pair{"the workspace root", root}, std::pair{"the session cwd", options.session_cwd},
+            std::pair{"the temporary root", temporary_root_of(options, environment)}}) {
+        if (path.empty()) {
+          continue;
+        }
+        if (const std::string why = untrusted_directory(path); !why.empty()) {
+          throw LandlockError(subject + ": refusing " + what + " " + json_string_literal(path.native()) + ": " + why +
+                              advice);
+        }
+      }
     }
     const std::vector<MountEntry> mounts = read_mount_table();
     std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts);
