@@ -458,21 +458,27 @@ public:
   /// Builds the fence for `policy` on the running kernel.
   ///
   /// read-only: handles every right of `LANDLOCK_WRITE_RIGHTS` the kernel knows and grants
-  /// only write_file and truncate on /dev/null, /dev/zero and /dev/full.
-  /// workspace-write: the same, plus every handled right except make_char and make_block
-  /// beneath `policy.workspace_root` and beneath each existing temporary area (/tmp,
-  /// /var/tmp, /dev/shm; $TMPDIR as read now when it is absolute and its canonical path lies
-  /// beneath one of them) and `options.extra_writable`, except an area that would let the
-  /// command change what decides a later call (see FenceOptions): that one is skipped with
-  /// a note. Both modes also scope signals and abstract unix sockets to the command's own
-  /// processes where the kernel can (ABI 6), and refuse TCP with `options.deny_tcp`.
+  /// only write_file, truncate and ioctl_dev on /dev/null, /dev/zero and /dev/full (and on the
+  /// command's own terminal and /dev/tty with `options.terminal`).
+  /// workspace-write: the same, plus every handled right except make_char, make_block and
+  /// ioctl_dev beneath `policy.workspace_root` and beneath the session's private temporary
+  /// directory (made now, see FenceOptions::temporary_root), and `options.extra_writable`; with
+  /// `options.shared_temporary_areas` also each existing shared area (/tmp, /var/tmp, /dev/shm;
+  /// $TMPDIR as read now when it is absolute and its canonical path lies beneath one of them).
+  /// An optional area that would let the command change what decides a later call (see
+  /// FenceOptions) is skipped with a note. Both modes also scope signals and abstract unix
+  /// sockets to the command's own processes where the kernel can (ABI 6), refuse TCP with
+  /// `options.deny_tcp`, and prepare the system-call filter (with or without Landlock).
   /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
   /// Returns the prepared fence; `report()` tells what it enforces.
-  /// Throws LandlockError when Landlock is unavailable and `options.allow_unfenced` is false
-  /// (fail closed), when `options.deny_tcp` is set and the kernel's ABI is below 4, when the
-  /// workspace root is "/" or its grant would let the command change what decides a later
-  /// call (the message names the path), when the workspace root cannot be opened, or when a
-  /// Landlock call fails.
+  /// Throws LandlockError when Landlock or the system-call filter is unavailable and
+  /// `options.allow_unfenced` is false (fail closed), when `options.deny_tcp` is set and the
+  /// kernel's ABI is below 4, when the workspace root is "/" or its grant would let the
+  /// command change what decides a later call, when the workspace root, session cwd or
+  /// temporary root runs through a directory another user can change (unless
+  /// `options.allow_shared_directories`), when the private temporary directory cannot be made
+  /// safely, when `options.terminal` is not a pseudo-terminal (each message names the path),
+  /// when the workspace root cannot be opened, or when a Landlock call fails.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     return detail::prepare_fence(policy, options, detail::probe_landlock(), detail::HostEnvironment::current());
   }
