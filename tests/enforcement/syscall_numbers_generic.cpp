@@ -28,7 +28,7 @@ std::vector<KernelSyscallNumber> kernel_numbers_generic() {
         DSH_NR(io_uring_register), DSH_NR(shmget), DSH_NR(shmat), DSH_NR(shmdt), DSH_NR(shmctl), DSH_NR(msgget),
         DSH_NR(msgsnd), DSH_NR(msgrcv), DSH_NR(msgctl), DSH_NR(semget), DSH_NR(semop), DSH_NR(semtimedop),
         DSH_NR(semctl), DSH_NR(mq_open), DSH_NR(mq_unlink), DSH_NR(mq_timedsend), DSH_NR(mq_timedreceive),
-        DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(clone), DSH_NR(clone3),
+        DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(setsid), DSH_NR(ioctl), DSH_NR(clone), DSH_NR(clone3),
     // The calls the table says aarch64 lacks (it has only their *at forms).
 #if defined(__NR_chmod)
         DSH_NR(chmod),

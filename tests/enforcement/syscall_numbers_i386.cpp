@@ -27,7 +27,7 @@ std::vector<KernelSyscallNumber> kernel_numbers_i386() {
         DSH_NR(shmdt), DSH_NR(shmctl), DSH_NR(msgget), DSH_NR(msgsnd), DSH_NR(msgrcv), DSH_NR(msgctl), DSH_NR(semget),
         DSH_NR(semtimedop_time64), DSH_NR(semctl), DSH_NR(ipc), DSH_NR(mq_open), DSH_NR(mq_unlink),
         DSH_NR(mq_timedsend), DSH_NR(mq_timedsend_time64), DSH_NR(mq_timedreceive), DSH_NR(mq_timedreceive_time64),
-        DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(clone), DSH_NR(clone3),
+        DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(setsid), DSH_NR(ioctl), DSH_NR(clone), DSH_NR(clone3),
     // The calls the table says i386 lacks (it reaches them through ipc).
 #if defined(__NR_semop)
         DSH_NR(semop),

@@ -26,7 +26,8 @@ std::vector<KernelSyscallNumber> kernel_numbers_x86_64() {
         DSH_NR(io_uring_setup), DSH_NR(io_uring_enter), DSH_NR(io_uring_register), DSH_NR(shmget), DSH_NR(shmat),
         DSH_NR(shmdt), DSH_NR(shmctl), DSH_NR(msgget), DSH_NR(msgsnd), DSH_NR(msgrcv), DSH_NR(msgctl), DSH_NR(semget),
         DSH_NR(semop), DSH_NR(semtimedop), DSH_NR(semctl), DSH_NR(mq_open), DSH_NR(mq_unlink), DSH_NR(mq_timedsend),
-        DSH_NR(mq_timedreceive), DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(clone), DSH_NR(clone3),
+        DSH_NR(mq_timedreceive), DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(setsid), DSH_NR(ioctl), DSH_NR(clone),
+        DSH_NR(clone3),
     // The calls the table says x86_64 lacks: listed only if the header has them after all.
 #if defined(__NR_semtimedop_time64)
         DSH_NR(semtimedop_time64),

@@ -23,6 +23,7 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -1130,28 +1131,77 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
 
 namespace {
 
-/// In a child: leaves its session and opens the terminal `name` for reading only, without
-/// O_NOCTTY, so that a terminal no session controls becomes its controlling terminal; then
-/// reopens it as /dev/tty and either turns ECHO and ICANON off (`drive`) or writes to its
-/// screen. 0 or the errno of the last step; 200 when the first steps fail.
-int take_over_terminal(const std::string& name, const termios& current, bool drive) {
-  if (::setsid() < 0) {
+/// How a command leaves the terminal the host gave it, to take another one.
+enum class Leave {
+  new_session, ///< a child it forks calls setsid(2)
+  give_up,     ///< the command, which leads its session, issues TIOCNOTTY on its own terminal
+};
+
+/// In a child that leads a session on the terminal `own` (as a fenced command does): leaves it
+/// as `leave` says, opens the terminal `name` for reading only and without O_NOCTTY, which makes
+/// a terminal no session controls the controlling one of a session leader that has none, then
+/// reopens /dev/tty and either turns ECHO and ICANON off (`drive`) or writes "INJECTED" on its
+/// screen. When leaving is refused it goes on all the same: its /dev/tty is then still `own`.
+/// Returns 0 when every step succeeded; the errno of the /dev/tty step when only that failed;
+/// 100 + the errno of leaving when leaving was refused and the rest succeeded; 200 when another
+/// step failed.
+int take_over_terminal(int own, const std::string& name, const termios& current, bool drive, Leave leave) {
+  const auto rest = [&](int left) {
+    const dsh::UniqueFd taken{::open(name.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (!taken) {
+      return 200;
+    }
+    const dsh::UniqueFd tty{::open("/dev/tty", (drive ? O_RDONLY : O_WRONLY) | O_CLOEXEC)};
+    int error = 0;
+    if (!tty) {
+      error = errno;
+    } else if (drive) {
+      termios changed = current;
+      changed.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON);
+      error = errno_of(::tcsetattr(tty.get(), TCSANOW, &changed));
+    } else {
+      error = ::write(tty.get(), "INJECTED\n", 9) == 9 ? 0 : errno;
+    }
+    if (left != 0) {
+      return error == 0 ? 100 + left : 200;
+    }
+    return error;
+  };
+  if (leave == Leave::give_up) {
+    return rest(errno_of(::ioctl(own, TIOCNOTTY)));
+  }
+  std::fflush(nullptr);
+  const ::pid_t child = ::fork(); // a group leader cannot call setsid: the attacker's child does
+  if (child < 0) {
     return 200;
   }
-  const dsh::UniqueFd taken{::open(name.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (!taken) {
-    return 200;
+  if (child == 0) {
+    ::_exit(rest(errno_of(::setsid())));
   }
-  const dsh::UniqueFd tty{::open("/dev/tty", (drive ? O_RDONLY : O_WRONLY) | O_CLOEXEC)};
-  if (!tty) {
-    return errno;
+  return FencedCommand::wait_for(child);
+}
+
+/// Runs `body` in a forked child that leads a new session whose controlling terminal is `own`
+/// (as FencedCommand::controlling_terminal makes it), ignoring SIGHUP (which a leader's
+/// TIOCNOTTY sends to its own foreground group), then enters `fence` when one is given.
+/// Returns what `body` returned; 250 when the fence could not be applied, 251 when the session
+/// could not be set up.
+int on_own_terminal(const PreparedFence* fence, int own, const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  if (pid < 0) {
+    throw std::system_error(errno, std::generic_category(), "fork");
   }
-  if (drive) {
-    termios changed = current;
-    changed.c_lflag &= ~static_cast<tcflag_t>(ECHO | ICANON);
-    return errno_of(::tcsetattr(tty.get(), TCSANOW, &changed));
+  if (pid == 0) {
+    if (::setsid() < 0 || ::ioctl(own, TIOCSCTTY, 0) != 0 || ::signal(SIGHUP, SIG_IGN) == SIG_ERR) {
+      ::_exit(251);
+    }
+    if (fence != nullptr && !fence->apply().ok()) {
+      ::_exit(250);
+    }
+    ::_exit(body());
   }
-  return ::write(tty.get(), "INJECTED\n", 9) == 9 ? 0 : errno;
+  return FencedCommand::wait_for(pid);
 }
 
 /// What the terminal whose master side is `master` shows now (without waiting).
@@ -1171,20 +1221,24 @@ std::string pending_output(int master) {
 
 } // namespace
 
-// KNOWN BUG, pinned as it behaves today (reported; include/ is out of this change's reach):
 // FenceOptions::terminal grants write_file and ioctl_dev on /dev/tty, and /dev/tty opens
-// whatever terminal is the caller's controlling one at that moment, not the one the host
-// chose. A command (read-only too) can leave its session with setsid(2) and open by name, for
-// reading (which no fence refuses), a terminal that no session controls: a pty the host holds
-// for a later call or one whose session has ended. It becomes the command's controlling
-// terminal, and through /dev/tty the command reconfigures it and writes on its screen. Without
-// FenceOptions::terminal both are refused (shown below). Once fixed, the fenced results must
-// be refusals and the terminal unchanged.
-TEST_CASE("KNOWN BUG (pinned): with FenceOptions::terminal, /dev/tty reaches a terminal the command takes over") {
+// whatever terminal controls the caller at that moment, not the one the host chose. A command
+// (read-only too) that could leave its terminal (a child's setsid(2), or TIOCNOTTY from the
+// command, which leads its session) could open by name, for reading (which no fence refuses), a
+// terminal no session controls: a pty the host holds for a later call or one whose session has
+// ended. It would become the command's controlling terminal, and /dev/tty would reconfigure it
+// and write on its screen (the control run shows it). With FenceOptions::terminal the
+// system-call filter refuses both ways out, so /dev/tty stays the command's own terminal;
+// without it, leaving is allowed and /dev/tty itself refused.
+TEST_CASE("neighbours: with FenceOptions::terminal, a command cannot leave its terminal to take over another") {
   DSH_REQUIRE_LANDLOCK();
   if (dsh::landlock_abi() < 5) {
     DSH_TEST_SKIP("device ioctls need Landlock ABI 5 (Linux 6.10); this kernel has ABI " +
                   std::to_string(dsh::landlock_abi()));
+  }
+  if (const int error = dsh::detail::probe_syscall_filter(); error != 0) {
+    DSH_TEST_SKIP("the system-call filter cannot be installed: " +
+                  dsh::detail::syscall_filter_unavailable_reason(error));
   }
   const Lab lab;
   const Pty user(30, 90); // held by the host, controlled by no session
@@ -1192,33 +1246,52 @@ TEST_CASE("KNOWN BUG (pinned): with FenceOptions::terminal, /dev/tty reaches a t
   termios current{};
   REQUIRE(::tcgetattr(user.slave(), &current) == 0);
   const std::string before = terminal_state(user.slave());
-  const auto restore = [&] {
-    const winsize size{30, 90, 0, 0};
-    REQUIRE(::tcsetattr(user.slave(), TCSANOW, &current) == 0);
-    REQUIRE(::ioctl(user.slave(), TIOCSWINSZ, &size) == 0);
-    REQUIRE(terminal_state(user.slave()) == before);
+  const std::string own_before = terminal_state(own.slave());
+  const auto restore = [&](const Pty& pty, unsigned short rows, unsigned short columns, const std::string& state) {
+    const winsize size{rows, columns, 0, 0};
+    REQUIRE(::tcsetattr(pty.slave(), TCSANOW, &current) == 0);
+    REQUIRE(::ioctl(pty.slave(), TIOCSWINSZ, &size) == 0);
+    REQUIRE(terminal_state(pty.slave()) == state);
   };
-  // The control: without a fence, a process takes it over the same way.
-  CHECK(unfenced([&] { return take_over_terminal(user.name(), current, true); }) == 0);
-  CHECK(terminal_state(user.slave()) != before);
-  restore();
-  for (const SandboxMode mode : fenced_modes) {
-    CAPTURE(dsh::to_string(mode));
-    FenceOptions options;
-    options.temporary_root = lab.base() / "private";
-    const PreparedFence refusing = prepare(lab.policy(mode), options);
-    CHECK(fenced(refusing, [&] { return take_over_terminal(user.name(), current, true); }) == EACCES);
-    CHECK(fenced(refusing, [&] { return take_over_terminal(user.name(), current, false); }) == EACCES);
-    CHECK(terminal_state(user.slave()) == before);
-    CHECK(pending_output(user.master()).empty());
+  const auto attempt = [&](const PreparedFence* fence, bool drive, Leave leave) {
+    return on_own_terminal(fence, own.slave(),
+                           [&] { return take_over_terminal(own.slave(), user.name(), current, drive, leave); });
+  };
+  for (const Leave leave : {Leave::new_session, Leave::give_up}) {
+    CAPTURE(leave == Leave::new_session ? "setsid" : "TIOCNOTTY");
+    // The control: without a fence, the command takes the other terminal over either way.
+    CHECK(attempt(nullptr, true, leave) == 0);
+    CHECK(terminal_state(user.slave()) != before);
+    restore(user, 30, 90, before);
+    CHECK(attempt(nullptr, false, leave) == 0);
+    CHECK(pending_output(user.master()) == "INJECTED\r\n");
+    CHECK(terminal_state(own.slave()) == own_before);
+    CHECK(pending_output(own.master()).empty());
 
-    options.terminal = own.name();
-    const PreparedFence fence = prepare(lab.policy(mode), options);
-    CHECK(fenced(fence, [&] { return take_over_terminal(user.name(), current, true); }) == 0); // should be EACCES
-    CHECK(terminal_state(user.slave()) != before);                                             // should be unchanged
-    restore();
-    CHECK(fenced(fence, [&] { return take_over_terminal(user.name(), current, false); }) == 0); // should be EACCES
-    CHECK(pending_output(user.master()) == "INJECTED\r\n");                                     // should be empty
+    for (const SandboxMode mode : fenced_modes) {
+      CAPTURE(dsh::to_string(mode));
+      FenceOptions options;
+      options.temporary_root = lab.base() / "private";
+      // Without FenceOptions::terminal, leaving is allowed and /dev/tty refused.
+      const PreparedFence refusing = prepare(lab.policy(mode), options);
+      CHECK(attempt(&refusing, true, leave) == EACCES);
+      CHECK(attempt(&refusing, false, leave) == EACCES);
+      CHECK(terminal_state(user.slave()) == before);
+      CHECK(pending_output(user.master()).empty());
+
+      // With it, leaving is refused (EPERM), and /dev/tty, still the command's own terminal,
+      // changes and shows only that one.
+      options.terminal = own.name();
+      const PreparedFence fence = prepare(lab.policy(mode), options);
+      CHECK(attempt(&fence, true, leave) == 100 + EPERM);
+      CHECK(terminal_state(user.slave()) == before);
+      CHECK(terminal_state(own.slave()) != own_before);
+      restore(own, 24, 80, own_before);
+      CHECK(attempt(&fence, false, leave) == 100 + EPERM);
+      CHECK(pending_output(user.master()).empty());
+      CHECK(pending_output(own.master()) == "INJECTED\r\n");
+      CHECK(terminal_state(user.slave()) == before);
+    }
   }
 }
 

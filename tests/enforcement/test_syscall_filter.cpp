@@ -3,7 +3,8 @@
 //     row on x86_64, i386, aarch64 and arm, with arguments on both sides of each condition;
 //   * the numbers against the kernel headers of the build machine;
 //   * real attacks: a forked child sets no_new_privs, installs the filter and attacks a real
-//     target outside it (another process, a key, a file's mode, the host's IPC objects); the
+//     target outside it (another process, a key, a file's mode, the host's IPC objects, a
+//     terminal the command would leave for another); the
 //     parent asserts the target unchanged. Each runs as root and again with attacker and target
 //     both uid 65534 (same-user attacks), and each refused attack also runs without the filter
 //     first, to show it would succeed;
@@ -38,7 +39,9 @@
 #include <linux/seccomp.h>
 #include <mqueue.h>
 #include <pthread.h>
+#include <pty.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/prctl.h>
@@ -51,6 +54,7 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 using dsh::detail::SyscallAbi;
@@ -148,8 +152,9 @@ struct Entry {
 };
 
 /// Checks the verdicts on every call the rows name for `entry`, with arguments on both sides
-/// of each row's condition. Returns how many calls it checked.
-int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc) {
+/// of each row's condition, in a program built with `refuse_sysv_ipc` and `terminal`. Returns
+/// how many calls it checked.
+int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc, bool terminal) {
   using dsh::detail::RuleCheck;
   constexpr std::uint64_t pid = 4321;
   constexpr std::uint64_t pointer = 0x7ffd1000;
@@ -159,6 +164,7 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc)
       continue;
     }
     const std::uint32_t refuse = refused(dsh::detail::errno_value(row.rule.errno_name));
+    const bool applies = (!row.only_shared_ipc || refuse_sysv_ipc) && (!row.only_terminal || terminal);
     for (std::size_t at = 0; at < row.rule.calls.size();) {
       const std::string_view name = dsh::detail::next_call(row.rule.calls, at);
       const int nr = dsh::detail::find_syscall(name)->on(entry.abi);
@@ -166,13 +172,14 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc)
         continue;
       }
       ++checked;
-      INFO(entry.name << " " << name << " (" << nr << "), refuse_sysv_ipc " << refuse_sysv_ipc);
+      INFO(entry.name << " " << name << " (" << nr << "), refuse_sysv_ipc " << refuse_sysv_ipc << ", terminal "
+                      << terminal);
       const auto is = [&](std::array<std::uint64_t, 6> args) { return verdict(program, entry.arch, nr, args); };
       // what a 64-bit ABI refuses and a 32-bit entry point, which reads only the low word, allows
       const std::uint32_t refuse_if_wide = entry.wide ? refuse : allow;
       switch (row.check) {
       case RuleCheck::always:
-        if (row.only_shared_ipc && !refuse_sysv_ipc) {
+        if (!applies) {
           CHECK(is({}) == allow);
           CHECK(is({pid, pid, pid, pid, pid, pid}) == allow);
         } else {
@@ -243,6 +250,18 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc)
         }
         break;
       }
+      case RuleCheck::drops_terminal: // ioctl(fd, request, argument)
+        CHECK(is({0, TIOCNOTTY}) == (applies ? refuse : allow));
+        // the kernel takes the request as an unsigned int: an upper half changes nothing
+        CHECK(is({5, high_word | TIOCNOTTY, pointer}) == (applies ? refuse : allow));
+        CHECK(is({5, TIOCGWINSZ, pointer}) == allow);
+        CHECK(is({5, TIOCSWINSZ, pointer}) == allow);
+        CHECK(is({5, TCGETS, pointer}) == allow);
+        CHECK(is({5, TCSETS, pointer}) == allow);
+        CHECK(is({5, TIOCSCTTY, 0}) == allow);
+        CHECK(is({5, TIOCNOTTY + 1, TIOCNOTTY}) == allow); // TIOCSETD, whatever its argument
+        CHECK(is({TIOCNOTTY, 0, TIOCNOTTY}) == allow);     // the descriptor and argument are not the request
+        break;
       default:
         FAIL("a row that names calls with an unexpected check");
       }
@@ -272,12 +291,13 @@ TEST_CASE("syscall filter: the program decides every call of the table as its ro
              20},
   };
   for (const Config& config : configs) {
-    for (const bool sysv : {true, false}) {
-      INFO(config.native.name << ", refuse_sysv_ipc " << sysv);
-      const Program program = dsh::detail::build_syscall_filter_for(*config.architecture, sysv);
+    for (const auto& [sysv, terminal] :
+         {std::pair{true, false}, std::pair{false, false}, std::pair{true, true}, std::pair{false, true}}) {
+      INFO(config.native.name << ", refuse_sysv_ipc " << sysv << ", terminal " << terminal);
+      const Program program = dsh::detail::build_syscall_filter_for(*config.architecture, sysv, terminal);
       check_shape(program);
-      CHECK(check_rows(program, config.native, sysv) > 40);
-      CHECK(check_rows(program, config.compat, sysv) > 40);
+      CHECK(check_rows(program, config.native, sysv, terminal) > 40);
+      CHECK(check_rows(program, config.compat, sysv, terminal) > 40);
       // calls no row names are allowed, on both entry points
       CHECK(verdict(program, config.native.arch, config.getpid_native) == allow);
       CHECK(verdict(program, config.compat.arch, config.getpid_compat) == allow);
@@ -303,6 +323,26 @@ TEST_CASE("syscall filter: the program decides every call of the table as its ro
   // aarch64 has no x32: the bit is just an unknown number there, which the kernel answers
   const Program arm64 = dsh::detail::build_syscall_filter_for(dsh::detail::aarch64_filter_architecture, true);
   CHECK(verdict(arm64, AUDIT_ARCH_AARCH64, 0x40000000 | 172) == allow);
+  // the terminal rows by number: setsid and ioctl(TIOCNOTTY) on each ABI, only with terminal
+  const Program x86_terminal =
+      dsh::detail::build_syscall_filter_for(dsh::detail::x86_64_filter_architecture, true, true);
+  const Program arm64_terminal =
+      dsh::detail::build_syscall_filter_for(dsh::detail::aarch64_filter_architecture, true, true);
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_X86_64, 112) == refused(EPERM));
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_I386, 66) == refused(EPERM));
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_X86_64, 16, {0, 0x5422}) == refused(EPERM));
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_I386, 54, {0, 0x5422}) == refused(EPERM));
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_AARCH64, 157) == refused(EPERM));
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_ARM, 66) == refused(EPERM));
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_AARCH64, 29, {0, 0x5422}) == refused(EPERM));
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_ARM, 54, {0, 0x5422}) == refused(EPERM));
+  CHECK(verdict(x86, AUDIT_ARCH_X86_64, 112) == allow);
+  CHECK(verdict(x86, AUDIT_ARCH_X86_64, 16, {0, 0x5422}) == allow);
+  CHECK(verdict(arm64, AUDIT_ARCH_AARCH64, 157) == allow);
+  CHECK(verdict(arm64, AUDIT_ARCH_ARM, 54, {0, 0x5422}) == allow);
+  // i386's 112 is idle and aarch64's 16 fremovexattr: the other ABI's numbers decide nothing
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_I386, 112) == allow);
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_AARCH64, 16, {0, 0x5422}) == allow);
 }
 
 TEST_CASE("syscall filter: the human table is the program's rows, and docs/enforcement.md shows each") {
@@ -390,6 +430,7 @@ constexpr int cannot_become = 240;
 constexpr int no_new_privs_failed = 241;
 constexpr int install_failed = 242;
 constexpr int wrong_result = 243;
+constexpr int setup_failed = 244;
 
 /// The uids attacks run as: root and nobody when the test runs as root, only its own otherwise.
 /// The target of each attack belongs to the same uid as the attacker.
@@ -409,21 +450,29 @@ std::vector<::uid_t> attacker_uids() {
 }
 
 /// The filter as the fence installs it: with the IPC rows (the command shares the host's IPC
-/// namespace), or without them (it has one of its own).
-const Program& filter(bool refuse_sysv_ipc = true) {
+/// namespace), or without them (it has one of its own); with the terminal rows for a command on
+/// its own terminal (FenceOptions::terminal).
+const Program& filter(bool refuse_sysv_ipc = true, bool terminal = false) {
   static const Program shared = dsh::detail::build_syscall_filter(true);
   static const Program own = dsh::detail::build_syscall_filter(false);
+  static const Program shared_terminal = dsh::detail::build_syscall_filter(true, true);
+  if (terminal) {
+    return shared_terminal;
+  }
   return refuse_sysv_ipc ? shared : own;
 }
 
 /// What an attacking child runs under.
-enum class Under { nothing, filter, filter_own_ipc };
+enum class Under { nothing, filter, filter_own_ipc, filter_terminal };
 
 /// Runs `body` in a forked child as `uid` with no_new_privs and, unless `under` is nothing, the
-/// filter installed (the program is built before the fork, as the fence builds it). Returns what
-/// `body` returned (0 or an errno), one of the codes above, or 128 + the signal that killed it.
-int attack(::uid_t uid, Under under, const std::function<int()>& body) {
-  const Program* program = under == Under::nothing ? nullptr : &filter(under == Under::filter);
+/// filter installed (the program is built before the fork, as the fence builds it); `before`,
+/// when given, runs first, as the fence's own steps do before the filter (0, else the child
+/// exits with `setup_failed`). Returns what `body` returned (0 or an errno), one of the codes
+/// above, or 128 + the signal that killed it.
+int attack(::uid_t uid, Under under, const std::function<int()>& body, const std::function<int()>& before = {}) {
+  const Program* program =
+      under == Under::nothing ? nullptr : &filter(under != Under::filter_own_ipc, under == Under::filter_terminal);
   std::fflush(nullptr);
   const ::pid_t pid = ::fork();
   if (pid < 0) {
@@ -432,6 +481,9 @@ int attack(::uid_t uid, Under under, const std::function<int()>& body) {
   if (pid == 0) {
     if (!become(uid)) {
       ::_exit(cannot_become);
+    }
+    if (before && before() != 0) {
+      ::_exit(setup_failed);
     }
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
       ::_exit(no_new_privs_failed);
@@ -1185,6 +1237,120 @@ TEST_CASE("syscall filter: io_uring is refused and openat2 answers ENOSYS") {
   };
   CHECK(unfiltered(::geteuid(), open_directory) == 0);
   CHECK(filtered(::geteuid(), open_directory) == ENOSYS);
+}
+
+/// A pseudo-terminal of 24x80 made by this process (both sides open, controlled by no session):
+/// the terminal a command of the terminal family runs on. Closed on destruction.
+class OwnTerminal {
+public:
+  OwnTerminal() {
+    winsize size{};
+    size.ws_row = 24;
+    size.ws_col = 80;
+    int master = -1;
+    int slave = -1;
+    REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &size) == 0);
+    master_ = master;
+    slave_ = slave;
+  }
+  OwnTerminal(const OwnTerminal&) = delete;
+  OwnTerminal& operator=(const OwnTerminal&) = delete;
+  ~OwnTerminal() {
+    ::close(slave_);
+    ::close(master_);
+  }
+  [[nodiscard]] int slave() const noexcept { return slave_; }
+
+  /// In a child: leads a new session whose controlling terminal is this one, as the fence's
+  /// child does before the filter, ignoring the SIGHUP a session leader's TIOCNOTTY sends to
+  /// its own foreground group. 0, or the errno.
+  [[nodiscard]] int lead_session_on_it() const noexcept {
+    if (::setsid() < 0 || ::ioctl(slave_, TIOCSCTTY, 0) != 0 || ::signal(SIGHUP, SIG_IGN) == SIG_ERR) {
+      return errno;
+    }
+    return 0;
+  }
+
+private:
+  int master_ = -1;
+  int slave_ = -1;
+};
+
+/// In a child: the rows of the controlling terminal reached through /dev/tty (24 for an
+/// `OwnTerminal`), or -errno when /dev/tty opens none (ENXIO: no controlling terminal).
+int rows_through_dev_tty() {
+  const int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return -errno;
+  }
+  winsize size{};
+  const int rows = ::ioctl(fd, TIOCGWINSZ, &size) == 0 ? size.ws_row : -errno;
+  ::close(fd);
+  return rows;
+}
+
+TEST_CASE("syscall filter: with the terminal rows, setsid and TIOCNOTTY are refused; other terminal ioctls "
+          "are allowed") {
+  DSH_REQUIRE_SYSCALL_FILTER();
+  for (const ::uid_t uid : attacker_uids()) {
+    INFO("attacker uid " << uid);
+    const ::pid_t session = ::getsid(0);
+    // a new session: the child is no group leader, so only the filter refuses it
+    const auto leave_session = [&] {
+      const int error = errno_of(::setsid());
+      return error == 0 ? (::getsid(0) == ::getpid() ? 0 : wrong_result)
+                        : (::getsid(0) == session ? error : wrong_result);
+    };
+    CHECK(unfiltered(uid, leave_session) == 0);
+    CHECK(filtered(uid, leave_session) == 0);
+    CHECK(attack(uid, Under::filter_terminal, leave_session) == EPERM);
+    CHECK(attack(uid, Under::filter_terminal, [] { return errno_of(::syscall(SYS_setsid, 1, 2, 3)); }) == EPERM);
+
+    // the session leader gives up its terminal: afterwards /dev/tty opens none
+    const OwnTerminal own;
+    const auto lead = [&] { return own.lead_session_on_it(); };
+    const auto give_up = [&](unsigned long request) {
+      return [&own, request] {
+        if (rows_through_dev_tty() != 24) {
+          return wrong_result;
+        }
+        const int error = errno_of(::syscall(SYS_ioctl, own.slave(), request, 0));
+        const int rows = rows_through_dev_tty();
+        return error == 0 ? (rows == -ENXIO ? 0 : wrong_result) : (rows == 24 ? error : wrong_result);
+      };
+    };
+    CHECK(attack(uid, Under::nothing, give_up(TIOCNOTTY), lead) == 0);
+    CHECK(attack(uid, Under::filter, give_up(TIOCNOTTY), lead) == 0);
+    CHECK(attack(uid, Under::filter_terminal, give_up(TIOCNOTTY), lead) == EPERM);
+    // the kernel reads the request as an unsigned int: with its upper half set it is TIOCNOTTY still
+    CHECK(attack(uid, Under::nothing, give_up((1UL << 32) | TIOCNOTTY), lead) == 0);
+    CHECK(attack(uid, Under::filter_terminal, give_up((1UL << 32) | TIOCNOTTY), lead) == EPERM);
+
+    // what programs on their terminal do stays allowed: size, modes, the foreground group
+    CHECK(attack(
+              uid, Under::filter_terminal,
+              [&] {
+                winsize size{};
+                termios modes{};
+                if (::ioctl(own.slave(), TIOCGWINSZ, &size) != 0 || size.ws_row != 24 || size.ws_col != 80) {
+                  return wrong_result;
+                }
+                size.ws_row = 30;
+                if (::ioctl(own.slave(), TIOCSWINSZ, &size) != 0 || ::tcgetattr(own.slave(), &modes) != 0) {
+                  return errno;
+                }
+                modes.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+                if (::tcsetattr(own.slave(), TCSANOW, &modes) != 0 || ::tcsetpgrp(own.slave(), ::getpgrp()) != 0) {
+                  return errno;
+                }
+                termios now{};
+                return rows_through_dev_tty() == 30 && ::tcgetattr(own.slave(), &now) == 0 &&
+                               (now.c_lflag & ECHO) == 0 && ::tcgetpgrp(own.slave()) == ::getpgrp()
+                           ? 0
+                           : wrong_result;
+              },
+              lead) == 0);
+  }
 }
 
 TEST_CASE("syscall filter: clone3 and the calls Landlock mediates are left to the kernel") {

@@ -70,9 +70,11 @@ namespace dsh::detail {
   } else {
     report.syscall_filter = true;
     report.ipc_namespace = may_make_ipc_namespace();
-    refusing_filter = build_syscall_filter(true);
+    // with /dev/tty granted, the command must keep the terminal the host gave it
+    const bool terminal = !options.terminal.empty();
+    refusing_filter = build_syscall_filter(true, terminal);
     if (report.ipc_namespace) {
-      filter = build_syscall_filter(false);
+      filter = build_syscall_filter(false, terminal);
     }
   }
   if (probe.abi <= 0) {

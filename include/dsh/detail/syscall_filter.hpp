@@ -2,8 +2,9 @@
 /// The fence's system-call filter: a classic BPF seccomp program that refuses, with an errno and
 /// never by killing the command, the calls Landlock does not mediate and a fenced command could
 /// turn against its neighbours (another process's limits, priorities and CPUs; the user's keys;
-/// set-user-ID and set-group-ID bits; the host's System V IPC); the table that documents each
-/// rule; the installer a child calls between fork and exec; the kernel probe.
+/// set-user-ID and set-group-ID bits; the host's System V IPC; for the terminal family, leaving
+/// the command's own terminal to take another); the table that documents each rule; the
+/// installer a child calls between fork and exec; the kernel probe.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -65,16 +67,19 @@ enum class RuleCheck : unsigned char {
   own_pid,              ///< unless argument 0 (pid) is 0
   own_io_priority,      ///< unless argument 0 is IOPRIO_WHO_PROCESS or IOPRIO_WHO_PGRP and argument 1 is 0
   setid_mode,           ///< when the call sets or creates a mode with S_ISUID or S_ISGID (`mode_arguments`)
+  drops_terminal,       ///< when argument 1 (an ioctl request, its low 32 bits) is TIOCNOTTY
   allowed,              ///< never: the calls named are left to the kernel's own checks
   everything_else,      ///< never: every call no other row names
 };
 
 /// A row of the filter: what people read, what the program checks, and whether the row applies
-/// only when the command shares the host's IPC namespace (`refuse_sysv_ipc`).
+/// only when the command shares the host's IPC namespace (`refuse_sysv_ipc`) or only when it
+/// runs on its own terminal, the terminal family (`terminal`).
 struct SyscallRuleRow {
   SyscallRule rule;
   RuleCheck check;
   bool only_shared_ipc = false;
+  bool only_terminal = false;
 };
 
 inline constexpr std::array syscall_rule_rows{
@@ -155,6 +160,25 @@ inline constexpr std::array syscall_rule_rows{
                     "file system is mounted, which Landlock allows, gives a descriptor mq_timedreceive accepts, "
                     "so the calls taking one are refused too"},
                    RuleCheck::always,
+                   true},
+    SyscallRuleRow{{"setsid", "terminal: the command runs on its own terminal (FenceOptions::terminal)", "EPERM",
+                    "/dev/tty, granted so that programs reopen the command's own terminal, opens whatever terminal "
+                    "controls the caller; a new session has none, and its leader acquires one by opening, for "
+                    "reading as any file may be, a terminal no session controls (one the host keeps for a later "
+                    "call, one whose session ended) without O_NOCTTY; /dev/tty would then drive that terminal. "
+                    "Without FenceOptions::terminal /dev/tty is not granted and setsid stays allowed"},
+                   RuleCheck::always,
+                   false,
+                   true},
+    SyscallRuleRow{{"ioctl",
+                    "terminal, and the request (in its low 32 bits, the unsigned int the kernel reads) is "
+                    "TIOCNOTTY",
+                    "EPERM",
+                    "the command leads its session, so TIOCNOTTY on its own terminal leaves the session without "
+                    "one, ready to acquire another as above; every other request is left to Landlock (ioctl_dev) "
+                    "and the kernel"},
+                   RuleCheck::drops_terminal,
+                   false,
                    true},
     SyscallRuleRow{{"clone, clone3", "never", "none",
                     "the filter reads no clone flags (namespaces are bounded by no_new_privs, the dropped "
@@ -267,6 +291,8 @@ inline constexpr std::array syscall_numbers{
     SyscallNumbers{"mq_timedreceive_time64", no_syscall, 419, no_syscall, 419},
     SyscallNumbers{"mq_notify", 244, 281, 184, 278},
     SyscallNumbers{"mq_getsetattr", 245, 282, 185, 279},
+    SyscallNumbers{"setsid", 112, 66, 157, 66},
+    SyscallNumbers{"ioctl", 16, 54, 29, 54},
     SyscallNumbers{"clone", 56, 120, 220, 120},
     SyscallNumbers{"clone3", 435, 435, 435, 435},
 };
@@ -286,8 +312,8 @@ inline constexpr std::array mode_arguments{
 };
 
 // Argument values the checks compare with. They are the same on x86_64, i386, aarch64 and arm:
-// <sys/resource.h>, <linux/ioprio.h>, and the generic <asm/fcntl.h> values none of the four
-// overrides.
+// <sys/resource.h>, <linux/ioprio.h>, and the generic <asm/fcntl.h> and <asm/ioctls.h> values
+// none of the four overrides.
 inline constexpr std::uint32_t prio_process = 0;                  // PRIO_PROCESS
 inline constexpr std::uint32_t prio_pgrp = 1;                     // PRIO_PGRP
 inline constexpr std::uint32_t ioprio_who_process = 1;            // IOPRIO_WHO_PROCESS
@@ -295,9 +321,11 @@ inline constexpr std::uint32_t ioprio_who_pgrp = 2;               // IOPRIO_WHO_
 inline constexpr std::uint32_t open_creates = 0100U | 020000000U; // O_CREAT | __O_TMPFILE
 inline constexpr std::uint32_t setid_bits = 04000U | 02000U;      // S_ISUID | S_ISGID
 inline constexpr std::uint32_t x32_syscall_bit = 0x40000000U;     // __X32_SYSCALL_BIT
+inline constexpr std::uint32_t tiocnotty = 0x5422U;               // TIOCNOTTY
 #if defined(__linux__)                                            // the native headers agree
 static_assert(PRIO_PROCESS == prio_process && PRIO_PGRP == prio_pgrp);
 static_assert(O_CREAT == 0100 && (S_ISUID | S_ISGID) == setid_bits);
+static_assert(TIOCNOTTY == tiocnotty);
 #if defined(O_TMPFILE) // the kernel's O_TMPFILE is its __O_TMPFILE bit with O_DIRECTORY
 static_assert((O_TMPFILE & ~O_DIRECTORY) == 020000000);
 #endif
@@ -620,6 +648,11 @@ inline void emit_call(FilterAssembler& code, const SyscallRuleRow& row, std::str
     when_argument_has(code, arguments->mode, setid_bits, refuse, allow);
     break;
   }
+  case RuleCheck::drops_terminal: // ioctl(fd, request, argument)
+    // the low word on every ABI: the kernel takes the request as an unsigned int, so a request
+    // with its upper half set is TIOCNOTTY all the same
+    when_argument_is(code, 1, {tiocnotty}, refuse, allow, false);
+    break;
   default:
     throw std::logic_error("the system-call filter: no check emits code for row \"" + std::string(row.rule.calls) +
                            "\"");
@@ -631,11 +664,12 @@ inline void emit_call(FilterAssembler& code, const SyscallRuleRow& row, std::str
   code.place(next);
 }
 
-/// The checks of every row that names calls of `abi`, then "allow": the accumulator holds the
-/// call's number on entry.
-inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool refuse_sysv_ipc) {
+/// The checks of every row that names calls of `abi` and applies (`refuse_sysv_ipc`,
+/// `terminal`), then "allow": the accumulator holds the call's number on entry.
+inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool refuse_sysv_ipc, bool terminal) {
   for (const SyscallRuleRow& row : syscall_rule_rows) {
-    if (!names_calls(row.check) || row.check == RuleCheck::allowed || (row.only_shared_ipc && !refuse_sysv_ipc)) {
+    if (!names_calls(row.check) || row.check == RuleCheck::allowed || (row.only_shared_ipc && !refuse_sysv_ipc) ||
+        (row.only_terminal && !terminal)) {
       continue;
     }
     for (std::size_t at = 0; at < row.rule.calls.size();) {
@@ -663,10 +697,11 @@ inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool re
 /// refused), then on the native ABI the x32 bit (where it has one), then each row's calls on the
 /// native ABI with 64-bit argument checks and on the 32-bit entry point with 32-bit ones.
 /// `refuse_sysv_ipc` adds the IPC rows (pass false when the command has an IPC namespace of its
-/// own). Allocates; throws std::bad_alloc, or std::logic_error if the program could not be laid
-/// out (a defect, never input).
+/// own); `terminal` the terminal rows (pass true when the command runs on its own terminal with
+/// /dev/tty granted, FenceOptions::terminal). Allocates; throws std::bad_alloc, or
+/// std::logic_error if the program could not be laid out (a defect, never input).
 [[nodiscard]] inline std::vector<SyscallFilterInstruction>
-build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sysv_ipc) {
+build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sysv_ipc, bool terminal = false) {
   FilterAssembler code;
   const FilterAssembler::Label native = code.label();
   const FilterAssembler::Label not_native = code.label();
@@ -692,11 +727,11 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
     code.give(refusal(errno_of_check(RuleCheck::x32_abi)));
     code.place(not_x32);
   }
-  emit_rules(code, architecture.abi, true, refuse_sysv_ipc);
+  emit_rules(code, architecture.abi, true, refuse_sysv_ipc, terminal);
 
   code.place(compat);
   code.load(offsetof(seccomp_data, nr));
-  emit_rules(code, architecture.compat_abi, false, refuse_sysv_ipc);
+  emit_rules(code, architecture.compat_abi, false, refuse_sysv_ipc, terminal);
   return std::move(code).finish();
 }
 #endif
@@ -705,13 +740,15 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
 /// `build_syscall_filter_for`), made before fork because it allocates. Returns an empty program
 /// when the build has no filter (`DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER` 0), which
 /// `install_syscall_filter` refuses.
-[[nodiscard]] inline std::vector<SyscallFilterInstruction> build_syscall_filter(bool refuse_sysv_ipc) {
+[[nodiscard]] inline std::vector<SyscallFilterInstruction> build_syscall_filter(bool refuse_sysv_ipc,
+                                                                                bool terminal = false) {
 #if DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER && defined(__x86_64__)
-  return build_syscall_filter_for(x86_64_filter_architecture, refuse_sysv_ipc);
+  return build_syscall_filter_for(x86_64_filter_architecture, refuse_sysv_ipc, terminal);
 #elif DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER && defined(__aarch64__)
-  return build_syscall_filter_for(aarch64_filter_architecture, refuse_sysv_ipc);
+  return build_syscall_filter_for(aarch64_filter_architecture, refuse_sysv_ipc, terminal);
 #else
   (void)refuse_sysv_ipc;
+  (void)terminal;
   return {};
 #endif
 }
