@@ -91,6 +91,7 @@ void check_shape(const Program& program) {
       REQUIRE(insn.k + 4 <= sizeof(seccomp_data));
       break;
     case BPF_JMP | BPF_JEQ | BPF_K:
+    case BPF_JMP | BPF_JGE | BPF_K:
     case BPF_JMP | BPF_JSET | BPF_K:
       REQUIRE(pc + 1 + std::max(insn.jt, insn.jf) < program.size());
       break;
@@ -117,6 +118,9 @@ std::uint32_t run_filter(const Program& program, const seccomp_data& data) {
       break;
     case BPF_JMP | BPF_JEQ | BPF_K:
       pc += a == insn.k ? insn.jt : insn.jf;
+      break;
+    case BPF_JMP | BPF_JGE | BPF_K: // unsigned, as the kernel compares
+      pc += a >= insn.k ? insn.jt : insn.jf;
       break;
     case BPF_JMP | BPF_JSET | BPF_K:
       pc += (a & insn.k) != 0 ? insn.jt : insn.jf;
