@@ -497,7 +497,8 @@ public:
   void place(Label label) noexcept { targets_[label] = code_.size(); }
   /// A = the 32-bit word at `offset` of struct seccomp_data.
   void load(std::size_t offset) { emit(BPF_LD | BPF_W | BPF_ABS, static_cast<std::uint32_t>(offset)); }
-  /// Jumps to `yes` when A == `value` (BPF_JEQ) or A & `value` != 0 (BPF_JSET), else to `no`.
+  /// Jumps to `yes` when A == `value` (BPF_JEQ), A >= `value` unsigned (BPF_JGE) or
+  /// A & `value` != 0 (BPF_JSET), else to `no`.
   void branch(std::uint16_t test, std::uint32_t value, Label yes, Label no) {
     jumps_.push_back({code_.size(), yes, no, false});
     emit(BPF_JMP | test | BPF_K, value);
@@ -604,21 +605,10 @@ inline void when_argument_has(FilterAssembler& code, int index, std::uint32_t ma
   code.branch(BPF_JSET, mask, yes, no);
 }
 
-/// The check of call `name` (number `number`) under `row`: skipped unless the number matches;
-/// every path of it ends in an action.
-inline void emit_call(FilterAssembler& code, const SyscallRuleRow& row, std::string_view name, int number, bool wide) {
-  const FilterAssembler::Label body = code.label();
-  const FilterAssembler::Label next = code.label();
-  code.branch(BPF_JEQ, static_cast<std::uint32_t>(number), body, next);
-  code.place(body);
-  const std::uint32_t refuse_action = refusal(errno_value(row.rule.errno_name));
-  if (row.check == RuleCheck::always) {
-    code.give(refuse_action);
-    code.place(next);
-    return;
-  }
-  const FilterAssembler::Label allow = code.label();
-  const FilterAssembler::Label refuse = code.label();
+/// The argument check of call `name` under `row` (any row but an `always` or allowing one), the
+/// accumulator free: every path of it jumps to `allow` or `refuse`.
+inline void emit_check(FilterAssembler& code, const SyscallRuleRow& row, std::string_view name, bool wide,
+                       FilterAssembler::Label allow, FilterAssembler::Label refuse) {
   const FilterAssembler::Label second = code.label();
   switch (row.check) {
   case RuleCheck::own_limits: // prlimit64(pid, resource, new_limit, old_limit)
@@ -657,16 +647,84 @@ inline void emit_call(FilterAssembler& code, const SyscallRuleRow& row, std::str
     throw std::logic_error("the system-call filter: no check emits code for row \"" + std::string(row.rule.calls) +
                            "\"");
   }
-  code.place(allow);
-  code.give(SECCOMP_RET_ALLOW);
-  code.place(refuse);
-  code.give(refuse_action);
-  code.place(next);
+}
+
+/// A call the filter dispatches on: its number on one ABI and where its check (or its refusal)
+/// starts.
+struct FilterCase {
+  std::uint32_t number;
+  FilterAssembler::Label check;
+};
+
+/// The most cases `dispatch` tests one after the other rather than splitting: below this a split
+/// saves no comparison worth its instruction.
+inline constexpr std::size_t dispatch_run = 3;
+
+/// Jumps to the check of the case in [`first`, `last`) (sorted by number, none twice) whose number
+/// the accumulator holds, or to `otherwise`. A balanced binary search: unsigned JGE splits down to
+/// runs of at most `dispatch_run` JEQ tests, so a call passes ~log2(n) comparisons, and so does
+/// the kernel when it attaches the filter and runs it for every number of each ABI to build its
+/// cache of the calls it allows without running it (a linear chain would cost n each).
+inline void dispatch(FilterAssembler& code, const FilterCase* first, const FilterCase* last,
+                     FilterAssembler::Label otherwise) {
+  const auto count = static_cast<std::size_t>(last - first);
+  if (count == 0) {
+    code.jump(otherwise);
+    return;
+  }
+  if (count <= dispatch_run) {
+    for (const FilterCase* at = first; at != last; ++at) {
+      const bool final_case = at + 1 == last;
+      const FilterAssembler::Label next = final_case ? otherwise : code.label();
+      code.branch(BPF_JEQ, at->number, at->check, next);
+      if (!final_case) {
+        code.place(next);
+      }
+    }
+    return;
+  }
+  const FilterCase* middle = first + count / 2;
+  const FilterAssembler::Label below = code.label();
+  const FilterAssembler::Label from_middle = code.label();
+  code.branch(BPF_JGE, middle->number, from_middle, below);
+  code.place(below);
+  dispatch(code, first, middle, otherwise);
+  code.place(from_middle);
+  dispatch(code, middle, last, otherwise);
 }
 
 /// The checks of every row that names calls of `abi` and applies (`refuse_sysv_ipc`,
-/// `terminal`), then "allow": the accumulator holds the call's number on entry.
+/// `terminal`), "allow" for every other call: the accumulator holds the call's number on entry.
+/// Laid out as the dispatch on the number (`dispatch`), then one argument check for each kind
+/// the calls need (the sched_* calls share theirs, and so do the mode calls whose arguments sit
+/// in the same places), then one return for each action, which every check jumps to; each part
+/// is short enough for the 8-bit offsets of conditional jumps (`FilterAssembler::finish` throws
+/// otherwise, and every layout is built by the tests).
 inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool refuse_sysv_ipc, bool terminal) {
+  struct Check {
+    const SyscallRuleRow* row;
+    std::string_view name;
+    int flags;
+    int mode;
+    FilterAssembler::Label at;
+  };
+  struct Return {
+    std::uint32_t action;
+    FilterAssembler::Label at;
+  };
+  std::vector<FilterCase> cases;
+  std::vector<Check> checks;
+  std::vector<Return> returns;
+  const auto return_of = [&](std::uint32_t action) {
+    for (const Return& known : returns) {
+      if (known.action == action) {
+        return known.at;
+      }
+    }
+    returns.push_back({action, code.label()});
+    return returns.back().at;
+  };
+  const FilterAssembler::Label allow = return_of(SECCOMP_RET_ALLOW);
   for (const SyscallRuleRow& row : syscall_rule_rows) {
     if (!names_calls(row.check) || row.check == RuleCheck::allowed || (row.only_shared_ipc && !refuse_sysv_ipc) ||
         (row.only_terminal && !terminal)) {
@@ -675,12 +733,38 @@ inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool re
     for (std::size_t at = 0; at < row.rule.calls.size();) {
       const std::string_view name = next_call(row.rule.calls, at);
       const int number = find_syscall(name)->on(abi);
-      if (number != no_syscall) {
-        emit_call(code, row, name, number, wide);
+      if (number == no_syscall) {
+        continue;
       }
+      if (row.check == RuleCheck::always) {
+        cases.push_back({static_cast<std::uint32_t>(number), return_of(refusal(errno_value(row.rule.errno_name)))});
+        continue;
+      }
+      // calls of one row with their arguments in the same places pass the same instructions
+      const ModeArguments* arguments = row.check == RuleCheck::setid_mode ? find_mode_arguments(name) : nullptr;
+      const int flags = arguments != nullptr ? arguments->flags : -1;
+      const int mode = arguments != nullptr ? arguments->mode : -1;
+      const auto same = std::find_if(checks.begin(), checks.end(), [&](const Check& check) {
+        return check.row == &row && check.flags == flags && check.mode == mode;
+      });
+      FilterAssembler::Label check_at = same != checks.end() ? same->at : code.label();
+      if (same == checks.end()) {
+        checks.push_back({&row, name, flags, mode, check_at});
+      }
+      cases.push_back({static_cast<std::uint32_t>(number), check_at});
     }
   }
-  code.give(SECCOMP_RET_ALLOW);
+  std::sort(cases.begin(), cases.end(),
+            [](const FilterCase& left, const FilterCase& right) { return left.number < right.number; });
+  dispatch(code, cases.data(), cases.data() + cases.size(), allow);
+  for (const Check& check : checks) {
+    code.place(check.at);
+    emit_check(code, *check.row, check.name, wide, allow, return_of(refusal(errno_value(check.row->rule.errno_name))));
+  }
+  for (const Return& to : returns) {
+    code.place(to.at);
+    code.give(to.action);
+  }
 }
 
 /// The errno of the first row with `check`.
