@@ -311,10 +311,12 @@ struct FenceOptions {
   /// mention them: grant only what the host tells the model about itself.
   std::vector<std::filesystem::path> extra_writable{};
   /// The pseudo-terminal the command runs on, for the terminal family: the path of the child
-  /// side the host opened (ptsname(3) of its master). It and /dev/tty (which then names it)
-  /// get write_file and ioctl_dev, so that programs which reopen their terminal (less, vim, a
-  /// password prompt) work. Every other device opened after the fence keeps its driver ioctls
-  /// refused (ABI 5), the host's own terminal included. Empty: none.
+  /// side the host opened (ptsname(3) of its master). It and /dev/tty get write_file and
+  /// ioctl_dev, so that programs which reopen their terminal (less, vim, a password prompt)
+  /// work; /dev/tty names it because the system-call filter then refuses setsid and TIOCNOTTY,
+  /// so the command can never take another controlling terminal. Every other device opened
+  /// after the fence keeps its driver ioctls refused (ABI 5), the host's own terminal
+  /// included. Empty: none.
   std::filesystem::path terminal{};
   /// Where the private temporary directory of each session is made in workspace-write: an
   /// absolute directory the host's effective user owns, with no group or other write bit
