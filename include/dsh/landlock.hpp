@@ -83,11 +83,13 @@ struct LandlockRight {
   bool file_right;       ///< may be granted on a non-directory (landlock_add_rule refuses others)
 };
 
-/// Every right the fence handles, in kernel bit order: the write-class rights, and
-/// IOCTL_DEV (ABI 5), which gates the driver ioctls of a device opened after the fence (a
-/// terminal's TCSETS among them). Deliberately absent: EXECUTE, READ_FILE and READ_DIR (reads
-/// and execution are never restricted).
-inline constexpr std::array<LandlockRight, 13> LANDLOCK_WRITE_RIGHTS{{
+/// Every right the fence handles, in kernel bit order: the write-class rights; IOCTL_DEV
+/// (ABI 5), which gates the driver ioctls of a device opened after the fence (a terminal's
+/// TCSETS among them); and RESOLVE_UNIX (ABI 9, Linux 7.1), which gates connect(2) and
+/// sendmsg(2) to a pathname unix socket, so that a daemon listening outside the grants (docker,
+/// the session bus, an agent) cannot act for the command. Deliberately absent: EXECUTE,
+/// READ_FILE and READ_DIR (reads and execution are never restricted).
+inline constexpr std::array<LandlockRight, 14> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 1, "write_file", 1, true},
     {1ULL << 4, "remove_dir", 1, false},
     {1ULL << 5, "remove_file", 1, false},
@@ -101,7 +103,12 @@ inline constexpr std::array<LandlockRight, 13> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 13, "refer", 2, false},
     {1ULL << 14, "truncate", 3, true},
     {1ULL << 15, "ioctl_dev", 5, true},
+    {1ULL << 16, "resolve_unix", 9, true},
 }};
+
+/// LANDLOCK_ACCESS_FS_RESOLVE_UNIX (Landlock ABI 9): granted only beneath the writable
+/// directories, so the command reaches the sockets of its own servers there and no other.
+inline constexpr std::uint64_t landlock_resolve_unix = 1ULL << 16;
 
 /// The rights of `LANDLOCK_WRITE_RIGHTS` that Landlock ABI `abi` knows; 0 for `abi` <= 0.
 [[nodiscard]] constexpr std::uint64_t landlock_write_rights(int abi) noexcept {

@@ -56,10 +56,15 @@ constexpr std::uint64_t execute = 1ULL << 0;
 constexpr std::uint64_t read_file_right = 1ULL << 2;
 constexpr std::uint64_t read_dir = 1ULL << 3;
 constexpr std::uint64_t ioctl_dev = 1ULL << 15;
+constexpr std::uint64_t resolve_unix = 1ULL << 16;
 static_assert((dsh::landlock_write_rights(INT_MAX) & (execute | read_file_right | read_dir)) == 0);
 #if defined(LANDLOCK_ACCESS_FS_IOCTL_DEV)
 static_assert(ioctl_dev == LANDLOCK_ACCESS_FS_IOCTL_DEV);
 #endif
+#if defined(LANDLOCK_ACCESS_FS_RESOLVE_UNIX)
+static_assert(resolve_unix == LANDLOCK_ACCESS_FS_RESOLVE_UNIX);
+#endif
+static_assert(resolve_unix == dsh::landlock_resolve_unix);
 
 const std::string all_rights_text = "write_file,remove_dir,remove_file,make_char,make_dir,make_reg,"
                                     "make_sock,make_fifo,make_block,make_sym,refer,truncate,ioctl_dev";
@@ -79,10 +84,13 @@ TEST_CASE("the handled rights grow with the Landlock ABI and hold only write-cla
   STATIC_REQUIRE(dsh::landlock_write_rights(3) == (abi1_rights | refer | truncate_right));
   STATIC_REQUIRE(dsh::landlock_write_rights(4) == dsh::landlock_write_rights(3));
   STATIC_REQUIRE(dsh::landlock_write_rights(5) == (dsh::landlock_write_rights(3) | ioctl_dev));
-  STATIC_REQUIRE(dsh::landlock_write_rights(7) == dsh::landlock_write_rights(5));
-  STATIC_REQUIRE(dsh::landlock_file_rights() == ((1ULL << 1) | truncate_right | ioctl_dev));
+  STATIC_REQUIRE(dsh::landlock_write_rights(8) == dsh::landlock_write_rights(5));
+  STATIC_REQUIRE(dsh::landlock_write_rights(9) == (dsh::landlock_write_rights(5) | resolve_unix));
+  STATIC_REQUIRE(dsh::landlock_write_rights(INT_MAX) == dsh::landlock_write_rights(9));
+  STATIC_REQUIRE(dsh::landlock_file_rights() == ((1ULL << 1) | truncate_right | ioctl_dev | resolve_unix));
   STATIC_REQUIRE(dsh::landlock_device_rights() == ((1ULL << 6) | (1ULL << 11) | ioctl_dev));
   CHECK(dsh::landlock_rights_to_string(dsh::landlock_write_rights(5)) == all_rights_text);
+  CHECK(dsh::landlock_rights_to_string(dsh::landlock_write_rights(9)) == all_rights_text + ",resolve_unix");
   CHECK(dsh::landlock_rights_to_string(0).empty());
   CHECK(dsh::landlock_rights_to_string(truncate_right | (1ULL << 40)) == "truncate,bit40");
 }
@@ -92,10 +100,10 @@ TEST_CASE("the report says what the fence enforces in each mode") {
   const Lab lab;
   const int abi = dsh::landlock_abi();
   const std::uint64_t handled = dsh::landlock_write_rights(abi);
-  const std::uint64_t device_rights = handled & dsh::landlock_file_rights();
+  const std::uint64_t device_rights = handled & dsh::landlock_file_rights() & ~resolve_unix;
   const std::string head = " (Landlock ABI " + std::to_string(abi) +
                            "); handled: " + dsh::landlock_rights_to_string(handled) +
-                           (abi < 5 ? "; not enforceable on this kernel: " +
+                           (abi < 9 ? "; not enforceable on this kernel: " +
                                           dsh::landlock_rights_to_string(dsh::landlock_write_rights(INT_MAX) & ~handled)
                                     : std::string()) +
                            (abi >= 6 ? "; scoped: signal,abstract_unix_socket" : "") + "; granted: ";

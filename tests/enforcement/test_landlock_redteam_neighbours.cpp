@@ -234,8 +234,8 @@ std::string grants_of(const dsh::FenceReport& report) {
 std::string expected_grants(SandboxMode mode, const std::filesystem::path& workspace,
                             const std::filesystem::path& temporary) {
   const int abi = dsh::landlock_abi();
-  const std::string device =
-      dsh::landlock_rights_to_string(dsh::landlock_write_rights(abi) & dsh::landlock_file_rights());
+  const std::string device = dsh::landlock_rights_to_string(dsh::landlock_write_rights(abi) &
+                                                            dsh::landlock_file_rights() & ~dsh::landlock_resolve_unix);
   const std::string directory =
       dsh::landlock_rights_to_string(dsh::landlock_write_rights(abi) & ~dsh::landlock_device_rights());
   std::string text;
@@ -1201,7 +1201,8 @@ TEST_CASE("neighbours: interactive programs work on the command's own terminal, 
   write_file(lab.workspace() / "notes.txt", "notes-line-1\nnotes-line-2\n");
   const Pty user(30, 90);
   const std::string before = terminal_state(user.slave());
-  const std::uint64_t device_rights = dsh::landlock_write_rights(dsh::landlock_abi()) & dsh::landlock_file_rights();
+  const std::uint64_t device_rights =
+      dsh::landlock_write_rights(dsh::landlock_abi()) & dsh::landlock_file_rights() & ~dsh::landlock_resolve_unix;
   for (const SandboxMode mode : fenced_modes) {
     CAPTURE(dsh::to_string(mode));
     Pty own(24, 200);

@@ -148,8 +148,9 @@ namespace dsh::detail {
     report.notes.push_back("device ioctls are not restricted: Landlock ABI " + std::to_string(probe.abi) +
                            " cannot (ABI 5, Linux 6.10, can)");
   }
-  // The devices every command drives: write_file, truncate and (ABI 5) ioctl_dev.
-  const std::uint64_t device_rights = report.handled & landlock_file_rights();
+  // The devices every command drives: write_file, truncate and (ABI 5) ioctl_dev; never
+  // resolve_unix, which belongs to the writable directories alone.
+  const std::uint64_t device_rights = report.handled & landlock_file_rights() & ~landlock_resolve_unix;
   for (const char* device : {"/dev/null", "/dev/zero", "/dev/full"}) {
     if (const std::string why = grant(device, false, device_rights); !why.empty()) {
       report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
