@@ -352,14 +352,14 @@ public:
   /// unchanged. A switch may use the reserve (so a switch to a stricter mode can be written after a
   /// call filled the disk) and renews it afterwards as far as there is room (`reserved_bytes`).
   std::uint64_t append(std::string_view type, nlohmann::json data) {
-    return state_->append(type, std::move(data), nlohmann::json::object());
+    return state_->append(type, std::move(data), nullptr); // no envelope: nothing to allocate beside `data`
   }
 
   /// Appends like `append(type, data)` with the members of `envelope` (such as
   /// `"surfaceOp":"append"`) written after `data`. Throws ConfigError, writing nothing, when
   /// `envelope` is not an object or names type, seq, time or data.
   std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
-    return state_->append(type, std::move(data), envelope);
+    return state_->append(type, std::move(data), &envelope);
   }
 
   /// Validates and indexes the rows other processes appended since this log last looked, so

@@ -1,11 +1,13 @@
 // Out of memory at every single allocation of open and of append, in turn: this executable
 // replaces the global operator new with one that throws std::bad_alloc at the Nth allocation
-// after it is armed. Each N runs in a forked child, so that an abort (std::terminate from an
-// allocation inside noexcept code) is seen and counted rather than ending the test. Every
-// outcome must be a success, or std::bad_alloc with the file byte-for-byte unchanged; an
-// append that succeeds has its event on disk under the seq it returned.
+// after it is armed, and, when the failure is sticky, at every allocation after it too (memory
+// that stays exhausted, the way a process at its RLIMIT_AS or in a full cgroup sees it). Each N runs in a forked child,
+// so that an abort (std::terminate from an allocation inside noexcept code) is seen and counted rather than ending the
+// test. Every outcome must be a success, or std::bad_alloc with the file byte-for-byte unchanged; an append that
+// succeeds has its event on disk under the seq it returned.
 #include "support/session_log.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -15,11 +17,17 @@ namespace {
 
 std::atomic<long> allocations_left{0}; // 0: disarmed; else the allocation that reaches 0 fails
 std::atomic<bool> failed{false};       // the armed failure happened
+std::atomic<bool> sticky{false};       // once failed, every allocation fails until disarmed
+std::atomic<bool> exhausted{false};    // sticky and failed: the state that stays
 
 void* allocate(std::size_t size) {
+  if (exhausted.load(std::memory_order_relaxed)) {
+    throw std::bad_alloc();
+  }
   if (allocations_left.load(std::memory_order_relaxed) > 0 &&
       allocations_left.fetch_sub(1, std::memory_order_relaxed) == 1) {
     failed.store(true, std::memory_order_relaxed);
+    exhausted.store(sticky.load(std::memory_order_relaxed), std::memory_order_relaxed);
     throw std::bad_alloc();
   }
   if (void* block = std::malloc(size == 0 ? 1 : size)) {
@@ -211,4 +219,99 @@ TEST_CASE("out of memory at any allocation of append: the event on disk under it
     CHECK(outcomes.aborts == 0);
     CHECK(outcomes.other == 0);
   }
+}
+
+// Sticky exhaustion at the Nth allocation of a whole session: open, then three appends (one of
+// them a sandbox/mode event, which draws on the log's reserve), each acknowledged append's seq
+// noted before the next begins. Every run must end in success, std::bad_alloc or a LogError, never
+// an abort, and every append that returned must be on disk with its seq and data afterwards.
+TEST_CASE("sticky out of memory from any allocation of open and appends: no abort, nothing acknowledged lost") {
+  const TempDir dir;
+  const auto path = dir / "s.jsonl";
+  const std::string bytes = sample_log();
+  const std::array<std::string, 3> types{"tool/run", "sandbox/mode", "chat/message"};
+  long positions = 0;
+  long aborts = 0;
+  long lost = 0;
+  long outcomes[3] = {0, 0, 0}; // success, std::bad_alloc, LogError
+  for (long n = 1;; ++n) {
+    write_bytes(path, bytes);
+    Child child([&](int out) {
+      std::array<std::uint64_t, 3> acknowledged{};
+      std::size_t count = 0;
+      char outcome = 'E';
+      // Made before memory runs out: the host's own trees are its business, not the log's (the
+      // log takes each by value and is then responsible for disposing of it).
+      std::array<nlohmann::json, 3> events{nlohmann::json{{"n", 0}, {"text", std::string(100, 'x')}},
+                                           nlohmann::json{{"mode", "workspace-write"}},
+                                           nlohmann::json{{"n", 2}, {"text", std::string(100, 'x')}}};
+      failed.store(false);
+      sticky.store(true);
+      allocations_left.store(n);
+      try {
+        SessionLog log = SessionLog::open(path);
+        for (std::size_t i = 0; i < types.size(); ++i) {
+          acknowledged[count] = log.append(types[i], std::move(events[i]));
+          ++count;
+        }
+        outcome = 'S';
+      } catch (const std::bad_alloc&) {
+        outcome = 'B';
+      } catch (const dsh::LogError&) {
+        outcome = 'L';
+      } catch (...) {
+        outcome = 'E';
+      }
+      // Memory is back before anything is reported: the report allocates.
+      allocations_left.store(0);
+      exhausted.store(false);
+      sticky.store(false);
+      std::string text(1, outcome);
+      text += failed.load() ? "1" : "0";
+      for (std::size_t i = 0; i < count; ++i) {
+        text += " " + std::to_string(acknowledged[i]);
+      }
+      write_all(out, text);
+      return 0;
+    });
+    const std::string text = child.read_all();
+    const int code = child.exit_code();
+    ++positions;
+    if (code != 0 || text.size() < 2) {
+      ++aborts;
+      if (aborts > 1000) {
+        break;
+      }
+      continue;
+    }
+    CAPTURE(n, text);
+    CHECK(text[0] != 'E');
+    outcomes[text[0] == 'S' ? 0 : text[0] == 'B' ? 1 : 2] += 1;
+    // What was acknowledged is there, under its seq, in order.
+    const SessionLog reopened = SessionLog::open(path);
+    std::size_t from = 2;
+    std::size_t index = 0;
+    while (from < text.size()) {
+      const std::size_t next = text.find(' ', from + 1);
+      const std::uint64_t seq = std::stoull(text.substr(from + 1, next - from - 1));
+      const std::string expected_prefix = "{\"type\":\"" + types[index] + "\",\"seq\":" + std::to_string(seq) + ",";
+      if (read_bytes(path).find(expected_prefix) == std::string::npos || seq != 8 + index) {
+        ++lost;
+      }
+      ++index;
+      from = next == std::string::npos ? text.size() : next;
+    }
+    if (index >= 2 && reopened.sandbox_mode_override() != dsh::SandboxMode::workspace_write) {
+      ++lost;
+    }
+    if (text[1] == '0') {
+      break; // the whole session ran before the armed allocation: every position was tried
+    }
+  }
+  std::cout << "sticky open + 3 appends: " << positions << " positions, " << outcomes[0] << " successes, "
+            << outcomes[1] << " std::bad_alloc, " << outcomes[2] << " LogError, " << aborts << " aborts, " << lost
+            << " lost\n";
+  CHECK(positions > 50);
+  CHECK(aborts == 0);
+  CHECK(lost == 0);
 }

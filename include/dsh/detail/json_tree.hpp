@@ -7,6 +7,10 @@
 
 #include <array>
 #include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -78,6 +82,101 @@ public:
 
   nlohmann::json value; ///< The tree.
 };
+
+/// Builds the tree of one JSON text for nlohmann_json's SAX parser, the way its own DOM parser
+/// does, except that a tree left behind by an exception is taken apart with `dispose`:
+/// `nlohmann::json::parse` destroys its half-built result with the allocating destructor while
+/// the exception unwinds, which ends the process when memory stays exhausted.
+class DisposingTreeBuilder {
+public:
+  using json = nlohmann::json;
+
+  DisposingTreeBuilder() = default;
+  DisposingTreeBuilder(const DisposingTreeBuilder&) = delete;
+  DisposingTreeBuilder& operator=(const DisposingTreeBuilder&) = delete;
+  ~DisposingTreeBuilder() { dispose(root_); }
+
+  bool null() { return put(json(nullptr)); }
+  bool boolean(bool value) { return put(json(value)); }
+  bool number_integer(json::number_integer_t value) { return put(json(value)); }
+  bool number_unsigned(json::number_unsigned_t value) { return put(json(value)); }
+  bool number_float(json::number_float_t value, const json::string_t& /*text*/) { return put(json(value)); }
+  bool string(json::string_t& value) { return put(json(std::move(value))); }
+  bool binary(json::binary_t& value) { return put(json::binary(std::move(value))); }
+  bool start_object(std::size_t /*size*/) { return open(json::value_t::object); }
+  bool key(json::string_t& name) {
+    // The member is made now, null, so that the value lands in place.
+    key_target_ = &(*open_.back())[std::move(name)];
+    return true;
+  }
+  bool end_object() { return close(); }
+  bool start_array(std::size_t /*size*/) { return open(json::value_t::array); }
+  bool end_array() { return close(); }
+  /// Throws the parser's own exception, as `nlohmann::json::parse` does (same type, same text).
+  [[noreturn]] bool parse_error(std::size_t /*position*/, const std::string& /*token*/,
+                                const nlohmann::detail::exception& error) {
+    // The ids of nlohmann_json's exception classes: 1xx parse_error, 2xx invalid_iterator,
+    // 3xx type_error, 4xx out_of_range, 5xx other_error.
+    switch (error.id / 100) {
+    case 1:
+      throw *static_cast<const json::parse_error*>(&error);
+    case 2:
+      throw *static_cast<const json::invalid_iterator*>(&error);
+    case 3:
+      throw *static_cast<const json::type_error*>(&error);
+    case 4:
+      throw *static_cast<const json::out_of_range*>(&error);
+    default:
+      break;
+    }
+    throw *static_cast<const json::other_error*>(&error);
+  }
+
+  /// Moves the finished tree out (null before parsing ended).
+  [[nodiscard]] json take() noexcept { return std::move(root_); }
+
+private:
+  /// Places `value` where the parser is: the root, the pending member, or the open array's end;
+  /// returns a pointer to it in the tree.
+  json* place(json&& value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    json& container = *open_.back();
+    if (container.is_object()) {
+      *key_target_ = std::move(value);
+      return key_target_;
+    }
+    container.get_ref<json::array_t&>().push_back(std::move(value));
+    return &container.get_ref<json::array_t&>().back();
+  }
+  bool put(json&& value) {
+    place(std::move(value));
+    return true;
+  }
+  bool open(json::value_t type) {
+    open_.reserve(open_.size() + 1); // before the container joins the tree: no pointer is lost
+    open_.push_back(place(json(type)));
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json root_;
+  std::vector<json*> open_;
+  json* key_target_ = nullptr;
+};
+
+/// Parses `text` like `nlohmann::json::parse(text)`: the same tree, the same exceptions; but
+/// if an allocation fails (std::bad_alloc) the partial tree is disposed of without allocating.
+[[nodiscard]] inline nlohmann::json parse_tree(std::string_view text) {
+  DisposingTreeBuilder builder;
+  (void)nlohmann::json::sax_parse(text, &builder);
+  return builder.take();
+}
 
 /// Returns true if `value` nests no deeper than `limit` levels (a scalar is 0 levels, `[]` 1).
 /// Recurses at most `limit` frames deep, whatever the depth of `value`.

@@ -62,10 +62,10 @@ struct Tally {
     if (row.find("\\u") != std::string_view::npos) {
       std::string text(row);
       if (replace_lone_surrogates(text)) {
-        return nlohmann::json::parse(text);
+        return parse_tree(text);
       }
     }
-    return nlohmann::json::parse(row);
+    return parse_tree(row);
   } catch (const nlohmann::json::exception& error) {
     throw LogError(path, line, std::string("not valid JSON: ") + error.what());
   }

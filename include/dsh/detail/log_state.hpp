@@ -177,11 +177,21 @@ public:
 
   /// Appends one event line durably and returns its seq. See `SessionLog::append`. Every
   /// allocation happens before the write, so once the line is on disk nothing can fail.
-  std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
-    // Built first, so that however append ends, the caller's tree is destroyed without allocating.
+  /// `envelope` is null for none.
+  std::uint64_t append(std::string_view type, nlohmann::json data, const nlohmann::json* envelope) {
+    // Taken first, before anything allocates, so that however append ends (memory exhausted
+    // included) the caller's tree is destroyed without allocating.
+    DisposedJson taken(std::move(data));
     DisposedJson event(nlohmann::json::object());
-    event.value["data"] = std::move(data);
-    detail::check_envelope(envelope);
+    // The member first, as its own statement: in `a["data"] = std::move(tree)` the right side is
+    // evaluated first (C++17), into operator='s by-value parameter, which a failed insertion
+    // would then destroy with the allocating destructor.
+    nlohmann::json& slot = event.value["data"];
+    slot = std::move(taken.value);
+    static const nlohmann::json::object_t no_members; // an empty map allocates nothing
+    if (envelope != nullptr) {
+      detail::check_envelope(*envelope);
+    }
     if (detail::is_packed_chunk_type(type)) {
       throw LogError(path, 0,
                      "cannot append an event of type " + json_string_literal(type) +
@@ -191,7 +201,7 @@ public:
     const std::optional<SandboxMode> switched = detail::switched_mode(event.value); // throws if forged
     // A row nests data and envelope values one level below itself, and open refuses rows
     // nested deeper than MAX_NESTING: such an event could be written but never read back.
-    const auto& members = envelope.get_ref<const nlohmann::json::object_t&>();
+    const auto& members = envelope != nullptr ? envelope->get_ref<const nlohmann::json::object_t&>() : no_members;
     if (!nests_within(event.value["data"], MAX_NESTING - 1) ||
         !std::all_of(members.begin(), members.end(),
                      [](const auto& member) { return nests_within(member.second, MAX_NESTING - 1); })) {
@@ -295,7 +305,7 @@ public:
     }
     try {
       replace_lone_surrogates(row); // read as U+FFFD: nlohmann_json refuses them
-      return nlohmann::json::parse(row);
+      return parse_tree(row);
     } catch (const nlohmann::json::exception& error) {
       throw LogError(path, line, std::string("changed on disk after it was validated: ") + error.what());
     }
