@@ -103,10 +103,49 @@ struct FilesystemLocation {
   return parse_mount_table(text);
 }
 
+/// True when `path` is absolute and already lexically clean: no empty, "." or ".." component
+/// and no trailing separator (except for "/" itself), so that `lexically_clean` returns it as is.
+[[nodiscard]] inline bool is_lexically_clean(std::string_view path) noexcept {
+  if (!path.starts_with('/')) {
+    return false;
+  }
+  if (path.size() == 1) {
+    return true;
+  }
+  std::size_t from = 1;
+  while (from <= path.size()) {
+    const std::size_t end = std::min(path.find('/', from), path.size());
+    const std::string_view part = path.substr(from, end - from);
+    if (part.empty() || part == "." || part == "..") {
+      return false;
+    }
+    from = end + 1;
+  }
+  return true;
+}
+
 /// `inner` (a path beneath-or-at `base`, both canonical) re-rooted at `root`: the same relative
 /// part below `root`.
 [[nodiscard]] inline std::filesystem::path rebase(const std::filesystem::path& inner, const std::filesystem::path& base,
                                                   const std::filesystem::path& root) {
+  // Every guard entry is located, so the common case is done on strings: a clean inner path
+  // beneath-or-at `base` by whole components and a clean root join to a clean path.
+  const std::string& in = inner.native();
+  const std::string& from = base.native();
+  const std::string& to = root.native();
+  if (is_within(inner, base) && is_lexically_clean(in) && is_lexically_clean(from) && is_lexically_clean(to)) {
+    const std::string_view relative =
+        std::string_view(in).substr(from == "/" ? 1 : std::min(in.size(), from.size() + 1));
+    if (relative.empty()) {
+      return root;
+    }
+    std::string joined = to;
+    if (joined != "/") {
+      joined += '/';
+    }
+    joined.append(relative);
+    return std::filesystem::path(std::move(joined));
+  }
   std::filesystem::path result = root;
   const std::filesystem::path relative = inner.lexically_relative(base);
   if (!relative.empty() && relative != ".") {
