@@ -9,10 +9,13 @@
 
 #include <array>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -246,4 +249,60 @@ TEST_CASE("a session cwd spelled as the workspace root, beneath a shared directo
                                "FenceOptions::allow_shared_directories to trust it)";
   CHECK_THROWS_WITH(dsh::PreparedFence::prepare(policy, options), expected);
   std::filesystem::permissions(parent, restore);
+}
+
+TEST_CASE("the mount table is read on every call; an unchanged text reuses its parse, a changed one is parsed") {
+  const std::shared_ptr<const std::vector<dsh::detail::MountEntry>> first = dsh::detail::current_mount_table();
+  const std::shared_ptr<const std::vector<dsh::detail::MountEntry>> again = dsh::detail::current_mount_table();
+  const std::vector<dsh::detail::MountEntry> fresh = dsh::detail::read_mount_table();
+  REQUIRE(first != nullptr);
+  CHECK(again == first);
+  REQUIRE(first->size() == fresh.size());
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    CHECK((*first)[i].device == fresh[i].device);
+    CHECK((*first)[i].root == fresh[i].root);
+    CHECK((*first)[i].point == fresh[i].point);
+  }
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the mount changes are made in a private mount namespace of a root child");
+  }
+  // In a child with a mount namespace of its own: a bind mount shows at once, and so does a
+  // rename of the directory above it (of which the kernel's poll notice says nothing).
+  const TempDir scratch;
+  const std::string base = canonical_path(scratch.path()).native();
+  std::filesystem::create_directories(base + "/source");
+  std::filesystem::create_directories(base + "/above/point");
+  const auto points = [](const std::vector<dsh::detail::MountEntry>& table) {
+    std::string listed;
+    for (const dsh::detail::MountEntry& mount : table) {
+      listed += mount.point.native() + "\n";
+    }
+    return listed;
+  };
+  const int status = dsh::test::unfenced([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return 10;
+    }
+    const auto before = dsh::detail::current_mount_table();
+    if (points(*before).find(base) != std::string::npos) {
+      return 11;
+    }
+    if (::mount((base + "/source").c_str(), (base + "/above/point").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return 12;
+    }
+    const auto mounted = dsh::detail::current_mount_table();
+    if (mounted == before || points(*mounted).find(base + "/above/point\n") == std::string::npos) {
+      return 13;
+    }
+    if (::rename((base + "/above").c_str(), (base + "/moved").c_str()) != 0) {
+      return 14;
+    }
+    const auto renamed = dsh::detail::current_mount_table();
+    if (renamed == mounted || points(*renamed).find(base + "/moved/point\n") == std::string::npos ||
+        points(*renamed).find(base + "/above/point\n") != std::string::npos) {
+      return 15;
+    }
+    return dsh::detail::current_mount_table() == renamed ? 0 : 16;
+  });
+  CHECK(status == 0);
 }

@@ -195,7 +195,8 @@ namespace dsh::detail {
         trusted.push_back(&path);
       }
     }
-    const std::vector<MountEntry> mounts = read_mount_table();
+    const std::shared_ptr<const std::vector<MountEntry>> mount_table = current_mount_table();
+    const std::vector<MountEntry>& mounts = *mount_table;
     std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts);
     // The session's private temporary directory: named now, made only once the workspace root
     // is known to expose nothing, so that a refused fence leaves nothing behind.

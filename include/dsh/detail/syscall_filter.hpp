@@ -840,24 +840,26 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
 /// `build_syscall_filter(refuse_sysv_ipc, terminal)`, built once per process: the program depends
 /// only on the build and its two arguments, so every fence copies the same immutable one instead
 /// of laying it out again. Thread-safe (each of the four is made on first use, under the C++
-/// runtime's guard for function-local statics); throws what `build_syscall_filter` throws, and
-/// then tries again on the next call.
+/// runtime's guard for function-local statics) and never destroyed, so a fence prepared while
+/// the process exits still finds it; throws what `build_syscall_filter` throws, and then tries
+/// again on the next call.
 [[nodiscard]] inline const std::vector<SyscallFilterInstruction>& shared_syscall_filter(bool refuse_sysv_ipc,
                                                                                         bool terminal) {
+  using Program = std::vector<SyscallFilterInstruction>;
   if (refuse_sysv_ipc) {
     if (terminal) {
-      static const std::vector<SyscallFilterInstruction> program = build_syscall_filter(true, true);
-      return program;
+      static const Program* const program = new Program(build_syscall_filter(true, true));
+      return *program;
     }
-    static const std::vector<SyscallFilterInstruction> program = build_syscall_filter(true, false);
-    return program;
+    static const Program* const program = new Program(build_syscall_filter(true, false));
+    return *program;
   }
   if (terminal) {
-    static const std::vector<SyscallFilterInstruction> program = build_syscall_filter(false, true);
-    return program;
+    static const Program* const program = new Program(build_syscall_filter(false, true));
+    return *program;
   }
-  static const std::vector<SyscallFilterInstruction> program = build_syscall_filter(false, false);
-  return program;
+  static const Program* const program = new Program(build_syscall_filter(false, false));
+  return *program;
 }
 
 /// Installs `program` as a seccomp filter of the calling thread, which keeps it, with every
