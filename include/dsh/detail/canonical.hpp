@@ -175,6 +175,9 @@ namespace dsh::detail {
   if (path.find('\0') != std::string::npos) {
     return lexically_clean(path);
   }
+  if (path == "/") {
+    return path; // the process root reads back as "/" whatever it is: no walk needed
+  }
   if (auto identity = physical_identity(path)) {
     return std::move(*identity);
   }

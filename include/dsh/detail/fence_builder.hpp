@@ -72,9 +72,9 @@ namespace dsh::detail {
     report.ipc_namespace = may_make_ipc_namespace();
     // with /dev/tty granted, the command must keep the terminal the host gave it
     const bool terminal = !options.terminal.empty();
-    refusing_filter = build_syscall_filter(true, terminal);
+    refusing_filter = shared_syscall_filter(true, terminal);
     if (report.ipc_namespace) {
-      filter = build_syscall_filter(false, terminal);
+      filter = shared_syscall_filter(false, terminal);
     }
   }
   if (probe.abi <= 0) {
@@ -180,19 +180,24 @@ namespace dsh::detail {
     // Paths another local user could swap are refused before anything is granted.
     if (!options.allow_shared_directories) {
       const std::string advice = " (set FenceOptions::allow_shared_directories to trust it)";
+      std::vector<const std::filesystem::path*> trusted; // judged already: the same spelling walks the same way
       for (const auto& [what, path] :
            {std::pair{"the workspace root", root}, std::pair{"the session cwd", options.session_cwd},
             std::pair{"the temporary root", temporary_root_of(options, environment)}}) {
-        if (path.empty()) {
+        if (path.empty() || std::any_of(trusted.begin(), trusted.end(), [&](const std::filesystem::path* done) {
+              return done->native() == path.native();
+            })) {
           continue;
         }
         if (const std::string why = untrusted_directory(path); !why.empty()) {
           throw LandlockError(subject + ": refusing " + what + " " + json_string_literal(path.native()) + ": " + why +
                               advice);
         }
+        trusted.push_back(&path);
       }
     }
-    const std::vector<MountEntry> mounts = read_mount_table();
+    const std::shared_ptr<const std::vector<MountEntry>> mount_table = current_mount_table();
+    const std::vector<MountEntry>& mounts = *mount_table;
     std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts);
     // The session's private temporary directory: named now, made only once the workspace root
     // is known to expose nothing, so that a refused fence leaves nothing behind.

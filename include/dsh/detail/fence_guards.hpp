@@ -28,41 +28,60 @@ struct Guard {
   std::uint64_t links = 0;
 };
 
+/// `directory` joined with the relative `name` by one separator, as `std::filesystem::path`'s
+/// `/` joins them (a `directory` ending in '/' gets none).
+[[nodiscard]] inline std::string join_native(std::string_view directory, std::string_view name) {
+  std::string joined;
+  joined.reserve(directory.size() + 1 + name.size());
+  joined.append(directory);
+  if (!joined.ends_with('/')) {
+    joined += '/';
+  }
+  joined.append(name);
+  return joined;
+}
+
 /// Appends to `entries` each directory entry that resolving `spelled` reads, as
 /// "<canonical directory>/<name>": the components as spelled and, for every symbolic link
 /// met, the components of its target, at most `links` links in all (the kernel's limit).
-/// `..` reads no entry that a write can replace, so it adds none.
+/// `..` reads no entry that a write can replace, so it adds none. Works on the native strings
+/// (each guard's path is walked here, and a `std::filesystem::path` splits itself on every
+/// construction); an entry is added once.
 inline void append_resolution_entries(const std::string& spelled, std::vector<std::filesystem::path>& entries,
                                       int& links) {
-  const std::filesystem::path absolute = absolute_native(spelled);
-  std::filesystem::path prefix = absolute.root_path();
+  const std::string absolute = absolute_native(spelled);
+  std::string prefix = "/";
   // canonical_path(prefix) when the last entry showed it without a second walk: a directory
   // that is not a symbolic link is itself canonical beneath its canonical parent.
-  std::optional<std::filesystem::path> known;
-  for (const std::filesystem::path& part : absolute.relative_path()) {
+  std::optional<std::string> known;
+  for (std::size_t from = 0; from < absolute.size();) {
+    const std::size_t end = std::min(absolute.find('/', from), absolute.size());
+    const std::string_view part = std::string_view(absolute).substr(from, end - from);
+    from = end + 1;
     if (part.empty() || part == ".") {
       continue;
     }
     if (part == "..") {
-      prefix /= part;
+      prefix = join_native(prefix, part);
       known.reset();
       continue;
     }
-    const std::filesystem::path directory = known ? std::move(*known) : canonical_path(prefix);
+    const std::string directory = known ? std::move(*known) : canonical_native(prefix);
     known.reset();
-    std::filesystem::path entry = directory / part;
-    prefix /= part;
-    if (std::find(entries.begin(), entries.end(), entry) == entries.end()) {
-      entries.push_back(entry);
+    std::string entry = join_native(directory, part);
+    prefix = join_native(prefix, part);
+    if (std::none_of(entries.begin(), entries.end(),
+                     [&](const std::filesystem::path& listed) { return listed.native() == entry; })) {
+      entries.emplace_back(entry);
     }
     struct stat status {};
     if (::lstat(entry.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
-      known = entry;
+      known = std::move(entry);
     } else if (links > 0) {
       if (const std::optional<std::filesystem::path> target = dangling_link_target(entry)) {
         --links;
-        append_resolution_entries(target->is_absolute() ? target->native() : (directory / *target).native(), entries,
-                                  links);
+        append_resolution_entries(target->is_absolute() ? target->native() : join_native(directory, target->native()),
+                                  entries, links);
       }
     }
   }
@@ -211,7 +230,14 @@ loader_directories(std::string_view variable, std::string_view value, const std:
   guards.push_back(
       make_guard(named("the workspace root", policy.workspace_root), policy.workspace_root, false, mounts));
   if (!options.session_cwd.empty()) {
-    guards.push_back(make_guard(named("the session cwd", options.session_cwd), options.session_cwd, false, mounts));
+    if (options.session_cwd.native() == policy.workspace_root.native()) {
+      // the same spelling resolves through the same entries: the root's guard, named again
+      Guard same = guards.back();
+      same.what = named("the session cwd", options.session_cwd);
+      guards.push_back(std::move(same));
+    } else {
+      guards.push_back(make_guard(named("the session cwd", options.session_cwd), options.session_cwd, false, mounts));
+    }
   }
   if (!options.session_log.empty()) {
     guards.push_back(make_guard(named("the session log", options.session_log), options.session_log, true, mounts));

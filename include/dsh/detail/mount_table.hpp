@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstddef>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -81,9 +83,10 @@ struct FilesystemLocation {
   return mounts;
 }
 
-/// Reads this process's mount table. Throws std::system_error naming /proc/self/mountinfo when
-/// it cannot be read: without it a bind mount could show a guarded file beneath a grant unseen.
-[[nodiscard]] inline std::vector<MountEntry> read_mount_table() {
+/// Reads the text of this process's /proc/self/mountinfo. Throws std::system_error naming the
+/// file when it cannot be read: without it a bind mount could show a guarded file beneath a
+/// grant unseen.
+[[nodiscard]] inline std::string read_mount_text() {
   const UniqueFd file{::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)};
   if (!file) {
     throw std::system_error(errno, std::generic_category(), "dsh: cannot read /proc/self/mountinfo");
@@ -100,13 +103,82 @@ struct FilesystemLocation {
     }
     text.append(buffer.data(), static_cast<std::size_t>(got));
   }
-  return parse_mount_table(text);
+  return text;
+}
+
+/// Reads this process's mount table. Throws what `read_mount_text` throws.
+[[nodiscard]] inline std::vector<MountEntry> read_mount_table() { return parse_mount_table(read_mount_text()); }
+
+/// This process's mount table as `read_mount_table` gives it, read now, shared and immutable. The
+/// file is read on every call (the kernel's change notice on it misses a rename of a directory
+/// above a mount point, which moves the mount in the table, so no read is ever skipped); only
+/// the parse of a text equal, byte for byte, to the last one parsed is reused. Thread-safe; the
+/// last table is never destroyed (a fence prepared while the process exits still finds it).
+/// Throws what `read_mount_text` throws, or std::bad_alloc.
+[[nodiscard]] inline std::shared_ptr<const std::vector<MountEntry>> current_mount_table() {
+  struct Last {
+    std::mutex lock;
+    std::string text;
+    std::shared_ptr<const std::vector<MountEntry>> table;
+  };
+  static Last* const last = new Last;
+  std::string text = read_mount_text();
+  {
+    const std::lock_guard held(last->lock);
+    if (last->table && last->text == text) {
+      return last->table;
+    }
+  }
+  auto table = std::make_shared<const std::vector<MountEntry>>(parse_mount_table(text));
+  const std::lock_guard held(last->lock);
+  last->text = std::move(text);
+  last->table = table;
+  return table;
+}
+
+/// True when `path` is absolute and already lexically clean: no empty, "." or ".." component
+/// and no trailing separator (except for "/" itself), so that `lexically_clean` returns it as is.
+[[nodiscard]] inline bool is_lexically_clean(std::string_view path) noexcept {
+  if (!path.starts_with('/')) {
+    return false;
+  }
+  if (path.size() == 1) {
+    return true;
+  }
+  std::size_t from = 1;
+  while (from <= path.size()) {
+    const std::size_t end = std::min(path.find('/', from), path.size());
+    const std::string_view part = path.substr(from, end - from);
+    if (part.empty() || part == "." || part == "..") {
+      return false;
+    }
+    from = end + 1;
+  }
+  return true;
 }
 
 /// `inner` (a path beneath-or-at `base`, both canonical) re-rooted at `root`: the same relative
 /// part below `root`.
 [[nodiscard]] inline std::filesystem::path rebase(const std::filesystem::path& inner, const std::filesystem::path& base,
                                                   const std::filesystem::path& root) {
+  // Every guard entry is located, so the common case is done on strings: a clean inner path
+  // beneath-or-at `base` by whole components and a clean root join to a clean path.
+  const std::string& in = inner.native();
+  const std::string& from = base.native();
+  const std::string& to = root.native();
+  if (is_within(inner, base) && is_lexically_clean(in) && is_lexically_clean(from) && is_lexically_clean(to)) {
+    const std::string_view relative =
+        std::string_view(in).substr(from == "/" ? 1 : std::min(in.size(), from.size() + 1));
+    if (relative.empty()) {
+      return root;
+    }
+    std::string joined = to;
+    if (joined != "/") {
+      joined += '/';
+    }
+    joined.append(relative);
+    return std::filesystem::path(std::move(joined));
+  }
   std::filesystem::path result = root;
   const std::filesystem::path relative = inner.lexically_relative(base);
   if (!relative.empty() && relative != ".") {

@@ -837,6 +837,31 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
 #endif
 }
 
+/// `build_syscall_filter(refuse_sysv_ipc, terminal)`, built once per process: the program depends
+/// only on the build and its two arguments, so every fence copies the same immutable one instead
+/// of laying it out again. Thread-safe (each of the four is made on first use, under the C++
+/// runtime's guard for function-local statics) and never destroyed, so a fence prepared while
+/// the process exits still finds it; throws what `build_syscall_filter` throws, and then tries
+/// again on the next call.
+[[nodiscard]] inline const std::vector<SyscallFilterInstruction>& shared_syscall_filter(bool refuse_sysv_ipc,
+                                                                                        bool terminal) {
+  using Program = std::vector<SyscallFilterInstruction>;
+  if (refuse_sysv_ipc) {
+    if (terminal) {
+      static const Program* const program = new Program(build_syscall_filter(true, true));
+      return *program;
+    }
+    static const Program* const program = new Program(build_syscall_filter(true, false));
+    return *program;
+  }
+  if (terminal) {
+    static const Program* const program = new Program(build_syscall_filter(false, true));
+    return *program;
+  }
+  static const Program* const program = new Program(build_syscall_filter(false, false));
+  return *program;
+}
+
 /// Installs `program` as a seccomp filter of the calling thread, which keeps it, with every
 /// process it starts, for good. Meant for a child between fork (or vfork) and exec: async-signal-
 /// safe, it only reads `program` and makes one seccomp(2) call, or prctl(PR_SET_SECCOMP) where

@@ -1,0 +1,308 @@
+// The parts of PreparedFence::prepare made cheaper for issue 19: the filters built once per
+// process, the mount re-rooting and the guards' resolution walk on strings, and the session cwd
+// spelled as the workspace root judged and guarded once. Each must give exactly what the general
+// code gives.
+#include "support/landlock.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+
+#include <array>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using dsh::canonical_path;
+using dsh::FenceOptions;
+using dsh::ResolvedPolicy;
+using dsh::SandboxMode;
+using dsh::detail::Guard;
+using dsh::detail::SyscallFilterInstruction;
+using dsh::test::Lab;
+using dsh::test::TempDir;
+
+namespace {
+
+using Program = std::vector<SyscallFilterInstruction>;
+
+/// The rule `rebase` keeps, on std::filesystem::path alone: the part of `inner` below `base`
+/// joined to `root`, normalized lexically without a trailing separator.
+std::string lexical_rebase(const std::filesystem::path& inner, const std::filesystem::path& base,
+                           const std::filesystem::path& root) {
+  std::filesystem::path result = root;
+  const std::filesystem::path relative = inner.lexically_relative(base);
+  if (!relative.empty() && relative != ".") {
+    result /= relative;
+  }
+  return dsh::detail::lexically_clean(result);
+}
+
+/// True when two programs hold the same instructions, field by field.
+bool same_program(const Program& left, const Program& right) {
+  if (left.size() != right.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < left.size(); ++i) {
+    if (left[i].code != right[i].code || left[i].jt != right[i].jt || left[i].jf != right[i].jf ||
+        left[i].k != right[i].k) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The entries of every directory `canonical` (absolute, canonical, not "/") resolves through:
+/// "/a", "/a/b", ... up to `canonical` itself.
+std::vector<std::string> prefixes_of(const std::string& canonical) {
+  std::vector<std::string> prefixes;
+  for (std::size_t slash = canonical.find('/', 1); slash != std::string::npos; slash = canonical.find('/', slash + 1)) {
+    prefixes.push_back(canonical.substr(0, slash));
+  }
+  prefixes.push_back(canonical);
+  return prefixes;
+}
+
+std::vector<std::string> natives(const std::vector<std::filesystem::path>& paths) {
+  std::vector<std::string> out;
+  for (const std::filesystem::path& path : paths) {
+    out.push_back(path.native());
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("rebase re-roots a clean path on strings exactly as the lexical rule does") {
+  struct Case {
+    const char* inner;
+    const char* base;
+    const char* root;
+    const char* expected;
+  };
+  const std::array cases{
+      Case{"/", "/", "/", "/"},
+      Case{"/a/b", "/", "/", "/a/b"},
+      Case{"/a/b", "/", "/srv", "/srv/a/b"},
+      Case{"/mnt/x", "/mnt/x", "/", "/"},
+      Case{"/mnt/x", "/mnt/x", "/data/logs", "/data/logs"},
+      Case{"/mnt/x/y/z", "/mnt/x", "/data", "/data/y/z"},
+      Case{"/mnt/xy", "/mnt/x", "/data", "/xy"},                     // not beneath: the general code answers
+      Case{"/mnt/x/y", "/mnt/x", "/src//deleted", "/src/deleted/y"}, // mountinfo's mark of a removed source
+      Case{"/mnt/x/./y", "/mnt/x", "/data", "/data/y"},
+  };
+  for (const Case& each : cases) {
+    CAPTURE(each.inner, each.base, each.root);
+    const std::filesystem::path rebased = dsh::detail::rebase(each.inner, each.base, each.root);
+    CHECK(rebased.native() == each.expected);
+    CHECK(rebased.native() == lexical_rebase(each.inner, each.base, each.root));
+  }
+}
+
+TEST_CASE("a lexically clean path is absolute with no empty, dot or dot-dot component and no trailing separator") {
+  for (const char* clean : {"/", "/a", "/a/b", "/a/.b", "/a/..b", "/a b/c"}) {
+    CAPTURE(clean);
+    CHECK(dsh::detail::is_lexically_clean(clean));
+    CHECK(dsh::detail::lexically_clean(clean) == clean);
+  }
+  for (const char* unclean : {"", "a", "a/b", "//", "/a/", "/a//b", "/./a", "/a/.", "/a/../b", "/.."}) {
+    CAPTURE(unclean);
+    CHECK_FALSE(dsh::detail::is_lexically_clean(unclean));
+  }
+}
+
+TEST_CASE("each syscall filter is built once per process, equal to a fresh build, and shared between threads") {
+  for (const bool refuse_sysv_ipc : {false, true}) {
+    for (const bool terminal : {false, true}) {
+      CAPTURE(refuse_sysv_ipc, terminal);
+      const Program& shared = dsh::detail::shared_syscall_filter(refuse_sysv_ipc, terminal);
+      CHECK(same_program(shared, dsh::detail::build_syscall_filter(refuse_sysv_ipc, terminal)));
+      CHECK(&dsh::detail::shared_syscall_filter(refuse_sysv_ipc, terminal) == &shared);
+    }
+  }
+  // The four programs differ from one another (no two arguments share one).
+  CHECK_FALSE(
+      same_program(dsh::detail::shared_syscall_filter(false, false), dsh::detail::shared_syscall_filter(true, false)));
+  CHECK_FALSE(
+      same_program(dsh::detail::shared_syscall_filter(false, false), dsh::detail::shared_syscall_filter(false, true)));
+  CHECK_FALSE(
+      same_program(dsh::detail::shared_syscall_filter(true, true), dsh::detail::shared_syscall_filter(true, false)));
+
+  // Threads asking at once get the one program each (the ThreadSanitizer build checks the rest).
+  std::array<const Program*, 4> seen{};
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&seen, i] { seen[i] = &dsh::detail::shared_syscall_filter(i % 2 == 0, true); });
+  }
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    CHECK(seen[i] == &dsh::detail::shared_syscall_filter(i % 2 == 0, true));
+  }
+}
+
+TEST_CASE("the guards' resolution walk lists every entry read, through links and dot-dot, once each") {
+  const TempDir scratch;
+  const std::string base = canonical_path(scratch.path()).native();
+  std::filesystem::create_directories(base + "/real/dir");
+  std::filesystem::create_directory_symlink("real", base + "/link");
+  std::vector<std::string> expected = prefixes_of(base);
+
+  SECTION("a relative link on the way, then a missing last component") {
+    std::vector<std::filesystem::path> entries;
+    int links = 40;
+    dsh::detail::append_resolution_entries(base + "/link/dir/file", entries, links);
+    for (const char* entry : {"/link", "/real", "/real/dir", "/real/dir/file"}) {
+      expected.push_back(base + entry);
+    }
+    CHECK(natives(entries) == expected);
+    CHECK(links == 39);
+  }
+  SECTION("dot-dot reads no entry, and the directory after it is the canonical parent") {
+    std::vector<std::filesystem::path> entries;
+    int links = 40;
+    dsh::detail::append_resolution_entries(base + "/real/dir/../x", entries, links);
+    for (const char* entry : {"/real", "/real/dir", "/real/x"}) {
+      expected.push_back(base + entry);
+    }
+    CHECK(natives(entries) == expected);
+    CHECK(links == 40);
+  }
+  SECTION("an absolute link, and empty and dot components") {
+    std::filesystem::create_directory_symlink(base + "/real", base + "/absolute");
+    std::vector<std::filesystem::path> entries;
+    int links = 40;
+    dsh::detail::append_resolution_entries(base + "//absolute/./dir/", entries, links);
+    for (const char* entry : {"/absolute", "/real", "/real/dir"}) {
+      expected.push_back(base + entry);
+    }
+    CHECK(natives(entries) == expected);
+    CHECK(links == 39);
+  }
+  SECTION("no links left: the link is listed, not followed") {
+    std::vector<std::filesystem::path> entries;
+    int links = 0;
+    dsh::detail::append_resolution_entries(base + "/link/dir", entries, links);
+    for (const char* entry : {"/link", "/real/dir"}) {
+      expected.push_back(base + entry);
+    }
+    CHECK(natives(entries) == expected);
+  }
+}
+
+TEST_CASE("a session cwd spelled as the workspace root gets the root's guard under its own name") {
+  const Lab lab;
+  const ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+  const std::vector<dsh::detail::MountEntry> mounts = dsh::detail::read_mount_table();
+  const dsh::detail::HostEnvironment environment{};
+  FenceOptions same;
+  same.session_cwd = policy.workspace_root;
+  FenceOptions other;
+  other.session_cwd = policy.workspace_root / "sub";
+  std::filesystem::create_directory(other.session_cwd);
+
+  const std::vector<Guard> shared = dsh::detail::workspace_guards(policy, same, environment, mounts);
+  const std::vector<Guard> apart = dsh::detail::workspace_guards(policy, other, environment, mounts);
+  REQUIRE(shared.size() == 3); // the host executable, the root, the cwd
+  REQUIRE(apart.size() == 3);
+  const Guard& root = shared[1];
+  const Guard& cwd = shared[2];
+  CHECK(root.what == "the workspace root " + dsh::json_string_literal(policy.workspace_root.native()));
+  CHECK(cwd.what == "the session cwd " + dsh::json_string_literal(policy.workspace_root.native()));
+  CHECK(cwd.canonical == root.canonical);
+  CHECK(cwd.entries == root.entries);
+  CHECK(cwd.content == root.content);
+  // ... and equal to the guard made for it on its own
+  const Guard made = dsh::detail::make_guard("x", policy.workspace_root, false, mounts);
+  CHECK(cwd.entries == made.entries);
+  CHECK(cwd.location.has_value() == made.location.has_value());
+  CHECK(cwd.entry_directories.size() == made.entry_directories.size());
+  // A different spelling is walked for itself.
+  CHECK(apart[2].canonical == canonical_path(other.session_cwd));
+  CHECK(apart[2].entries.back() == canonical_path(other.session_cwd));
+}
+
+TEST_CASE("a session cwd spelled as the workspace root, beneath a shared directory, is refused as the root") {
+  const Lab lab;
+  const ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+  // Its parent group- and other-writable without the sticky bit: another user could swap it.
+  const std::filesystem::path parent = lab.base();
+  const auto restore = std::filesystem::status(parent).permissions();
+  std::filesystem::permissions(parent, std::filesystem::perms::all);
+  struct stat info {};
+  REQUIRE(::stat(parent.c_str(), &info) == 0);
+  FenceOptions options;
+  options.session_cwd = policy.workspace_root;
+  options.temporary_root = lab.outside() / "private";
+  const std::string expected = "Landlock fence for workspace-write: refusing the workspace root " +
+                               dsh::json_string_literal(policy.workspace_root.native()) + ": the directory " +
+                               dsh::json_string_literal(parent.native()) + " (mode 0777, owner uid " +
+                               std::to_string(info.st_uid) + ", group gid " + std::to_string(info.st_gid) +
+                               ") is writable by another user and has no sticky bit (set "
+                               "FenceOptions::allow_shared_directories to trust it)";
+  CHECK_THROWS_WITH(dsh::PreparedFence::prepare(policy, options), expected);
+  std::filesystem::permissions(parent, restore);
+}
+
+TEST_CASE("the mount table is read on every call; an unchanged text reuses its parse, a changed one is parsed") {
+  const std::shared_ptr<const std::vector<dsh::detail::MountEntry>> first = dsh::detail::current_mount_table();
+  const std::shared_ptr<const std::vector<dsh::detail::MountEntry>> again = dsh::detail::current_mount_table();
+  const std::vector<dsh::detail::MountEntry> fresh = dsh::detail::read_mount_table();
+  REQUIRE(first != nullptr);
+  CHECK(again == first);
+  REQUIRE(first->size() == fresh.size());
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    CHECK((*first)[i].device == fresh[i].device);
+    CHECK((*first)[i].root == fresh[i].root);
+    CHECK((*first)[i].point == fresh[i].point);
+  }
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the mount changes are made in a private mount namespace of a root child");
+  }
+  // In a child with a mount namespace of its own: a bind mount shows at once, and so does a
+  // rename of the directory above it (of which the kernel's poll notice says nothing).
+  const TempDir scratch;
+  const std::string base = canonical_path(scratch.path()).native();
+  std::filesystem::create_directories(base + "/source");
+  std::filesystem::create_directories(base + "/above/point");
+  const auto points = [](const std::vector<dsh::detail::MountEntry>& table) {
+    std::string listed;
+    for (const dsh::detail::MountEntry& mount : table) {
+      listed += mount.point.native() + "\n";
+    }
+    return listed;
+  };
+  const int status = dsh::test::unfenced([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return 10;
+    }
+    const auto before = dsh::detail::current_mount_table();
+    if (points(*before).find(base) != std::string::npos) {
+      return 11;
+    }
+    if (::mount((base + "/source").c_str(), (base + "/above/point").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return 12;
+    }
+    const auto mounted = dsh::detail::current_mount_table();
+    if (mounted == before || points(*mounted).find(base + "/above/point\n") == std::string::npos) {
+      return 13;
+    }
+    if (::rename((base + "/above").c_str(), (base + "/moved").c_str()) != 0) {
+      return 14;
+    }
+    const auto renamed = dsh::detail::current_mount_table();
+    if (renamed == mounted || points(*renamed).find(base + "/moved/point\n") == std::string::npos ||
+        points(*renamed).find(base + "/above/point\n") != std::string::npos) {
+      return 15;
+    }
+    return dsh::detail::current_mount_table() == renamed ? 0 : 16;
+  });
+  CHECK(status == 0);
+}
