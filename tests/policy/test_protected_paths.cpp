@@ -6,6 +6,7 @@
 #include "support/catch.hpp"
 #include "support/temp_dir.hpp"
 
+#include <dsh/detail/posix.hpp>
 #include <dsh/open_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
 
@@ -23,6 +24,8 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -421,6 +424,13 @@ TEST_CASE("a pointer file the scan cannot resolve fails closed: nothing beneath 
   }
 }
 
+TEST_CASE("a root that is not absolute has no list") {
+  CHECK_THROWS_WITH(dsh::protected_paths(dsh::ResolvedPolicy{}),
+                    "protected paths: expected an absolute workspace root; found \"\"");
+  CHECK_THROWS_AS(dsh::protected_paths(policy_for("relative")), dsh::ProtectedPathError);
+  CHECK_FALSE(policy_for("relative").permits_write("relative/a"));
+}
+
 TEST_CASE("a symbolic link on the way to a protected path fails closed") {
   const Scratch scratch;
   const fs::path root = scratch.base;
@@ -607,4 +617,87 @@ TEST_CASE("the placeholders the namespace layer makes keep git working; an empty
   CHECK(run_git(fresh, {"rev-parse", "--show-toplevel"}) == 0);
   CHECK(run_git(fresh, {"commit", "-q", "--allow-empty", "-m", "two"}) == 0);
   CHECK(fs::is_empty(fresh / ".git"));
+}
+
+TEST_CASE("with the list bound read-only in a private mount namespace, git keeps working and cannot be planted") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  git(root, {"init", "-q"});
+  write_text(root / "a.txt", "a\n");
+  git(root, {"add", "a.txt"});
+  git(root, {"commit", "-q", "-m", "one"});
+  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
+  for (const ProtectedEntry& e : entries) { // the placeholders, as the namespace layer makes them
+    if (e.kind == ProtectedKind::missing_file) {
+      write_text(e.path, e.placeholder);
+    } else if (e.kind == ProtectedKind::missing_directory) {
+      fs::create_directory(e.path);
+    }
+  }
+  const std::string config_before = read_text(root / ".git/config");
+  // Each step must succeed, and each plant must fail, for the script to exit 0.
+  const std::string script = "set -u; exec 2>/dev/null; cd \"$1\" || exit 10\n"
+                             "echo b > b.txt && git add b.txt && git commit -q -m two || exit 11\n"
+                             "git checkout -q -b topic && git branch -q other && git checkout -q main || exit 12\n"
+                             "git config core.fsmonitor /bin/true 2>/dev/null && exit 13\n"
+                             "echo 'exit 0' > .git/hooks/pre-commit 2>/dev/null && exit 14\n"
+                             "echo '[core]' >> .git/config 2>/dev/null && exit 15\n"
+                             "echo x > .gitmodules 2>/dev/null && exit 16\n"
+                             "echo ../elsewhere > .git/commondir 2>/dev/null && exit 17\n"
+                             "mv .git .git-away 2>/dev/null && exit 18\n"
+                             "exit 0\n";
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const ::uid_t uid = ::geteuid();
+    const ::gid_t gid = ::getegid();
+    if (::unshare(uid == 0 ? CLONE_NEWNS : CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+      ::_exit(2);
+    }
+    if (uid != 0) { // the same ids inside, so git sees the repository as its owner's
+      const auto put = [](const char* file, const std::string& text) {
+        const int fd = ::open(file, O_WRONLY);
+        if (fd < 0 || !dsh::detail::write_all(fd, text.data(), text.size())) {
+          ::_exit(6);
+        }
+        ::close(fd);
+      };
+      put("/proc/self/setgroups", "deny");
+      put("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1");
+      put("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1");
+    }
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      ::_exit(3);
+    }
+    for (const ProtectedEntry& e : entries) {
+      const char* path = e.path.c_str();
+      if (::mount(path, path, nullptr, MS_BIND, nullptr) != 0) {
+        ::_exit(4);
+      }
+      if (e.kind != ProtectedKind::pinned_directory &&
+          ::mount(nullptr, path, nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) != 0) {
+        ::_exit(5);
+      }
+    }
+    ::setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+    ::setenv("GIT_CONFIG_GLOBAL", "/dev/null", 1);
+    ::setenv("GIT_AUTHOR_NAME", "dsh", 1);
+    ::setenv("GIT_AUTHOR_EMAIL", "dsh@example.invalid", 1);
+    ::setenv("GIT_COMMITTER_NAME", "dsh", 1);
+    ::setenv("GIT_COMMITTER_EMAIL", "dsh@example.invalid", 1);
+    ::execl("/bin/sh", "sh", "-c", script.c_str(), "sh", root.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(read_text(root / ".git/config") == config_before);
+  CHECK_FALSE(fs::exists(root / ".git/hooks/pre-commit"));
+  CHECK(read_text(root / ".gitmodules").empty());
+  CHECK(read_text(root / ".git/commondir") == ".\n");
+  CHECK(fs::is_directory(root / ".git"));
+  CHECK(run_git(root, {"rev-parse", "--verify", "-q", "topic"}) == 0);
+  CHECK(run_git(root, {"rev-parse", "--verify", "-q", "other"}) == 0);
 }

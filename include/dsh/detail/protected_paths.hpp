@@ -107,6 +107,10 @@ public:
 
   /// Runs the scan once.
   [[nodiscard]] ProtectedScan run() {
+    if (!root_.is_absolute()) { // nothing is beneath a root that is not absolute; never the working directory
+      fail("protected paths", "an absolute workspace root", root_.native());
+      return std::move(scan_);
+    }
     if (rules_.defaults) {
       scan_git();
       if (enabled(".gitmodules") && scan_.problem.empty()) {
@@ -174,7 +178,7 @@ private:
   }
 
   /// lstat(2) of `path`, remembered for the rest of the scan; nullopt with errno set on failure.
-  [[nodiscard]] std::optional<struct stat> look(const std::filesystem::path& path) {
+  [[nodiscard]] std::optional<struct stat> look(const std::string& path) {
     for (const auto& [seen, status] : looked_) {
       if (seen == path) {
         return status;
@@ -195,22 +199,26 @@ private:
   /// needed (as a file, so it cannot be replaced by one), or fails on a link; returns nullopt.
   std::optional<struct stat> reach(const std::filesystem::path& path, bool directory, std::string_view rule,
                                    std::string_view placeholder = {}) {
-    const std::filesystem::path relative = path.lexically_relative(root_);
-    std::filesystem::path prefix = root_;
-    for (auto part = relative.begin(); part != relative.end(); ++part) {
-      if (part->empty() || *part == ".") {
-        continue;
-      }
-      prefix /= *part;
-      const bool last = std::next(part) == relative.end();
+    // Every path reaching here is clean and spelled beneath the root (built from it, cleaned
+    // or canonical), so its prefixes are found by its separators.
+    const std::string& text = path.native();
+    std::size_t end = root_.native() == "/" ? 0 : root_.native().size();
+    if (text.size() <= end + 1) {
+      return look(root_.native()); // `path` is the root itself
+    }
+    for (;;) {
+      end = text.find('/', end + 1);
+      const bool last = end == std::string::npos;
+      const std::string prefix = last ? text : text.substr(0, end);
       const std::optional<struct stat> status = look(prefix);
       if (!status) {
-        if (errno == ENOENT || errno == ENOTDIR) {
+        const int error = errno;
+        if (error == ENOENT || error == ENOTDIR) {
           add(prefix, last && !directory ? ProtectedKind::missing_file : ProtectedKind::missing_directory, rule,
               last ? placeholder : std::string_view());
         } else {
           fail(subject(prefix), "a path lstat(2) can examine",
-               std::error_code(errno, std::generic_category()).message(), errno);
+               std::error_code(error, std::generic_category()).message(), error);
         }
         return std::nullopt;
       }
@@ -226,7 +234,6 @@ private:
         return std::nullopt;
       }
     }
-    return look(root_); // `path` is the root itself
   }
 
   /// Lists the entry `path` for `rule` as it is now (its first missing component when absent).
@@ -313,17 +320,17 @@ private:
   /// against it, as git reads it), `dir` itself without one; nullopt after fail().
   [[nodiscard]] std::optional<std::filesystem::path> common_directory(const std::filesystem::path& dir) {
     const std::filesystem::path file = dir / "commondir";
-    struct stat status {};
-    if (::lstat(file.c_str(), &status) != 0) {
-      if (errno == ENOENT || errno == ENOTDIR) {
+    const std::optional<struct stat> status = look(file);
+    if (!status) {
+      const int error = errno;
+      if (error == ENOENT || error == ENOTDIR) {
         return dir;
       }
-      const int error = errno;
       fail(subject(file), "a commondir file lstat(2) can examine",
            std::error_code(error, std::generic_category()).message(), error);
       return std::nullopt;
     }
-    if (status.st_size == 0 && S_ISREG(status.st_mode)) {
+    if (status->st_size == 0 && S_ISREG(status->st_mode)) {
       fail(subject(file), "a commondir file naming a directory (git refuses an empty one)", "");
       return std::nullopt;
     }
@@ -541,7 +548,7 @@ private:
   const std::filesystem::path& root_;
   const ProtectedPathRules& rules_;
   ProtectedScan scan_;
-  std::vector<std::pair<std::filesystem::path, struct stat>> looked_;
+  std::vector<std::pair<std::string, struct stat>> looked_;
   std::vector<std::filesystem::path> visited_;
   std::vector<std::filesystem::path> walked_;
 };
