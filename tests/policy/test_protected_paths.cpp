@@ -424,6 +424,35 @@ TEST_CASE("a pointer file the scan cannot resolve fails closed: nothing beneath 
   }
 }
 
+TEST_CASE("a .git that is no regular file or too long to be a pointer, and a path lstat cannot examine, fail closed") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  const fs::path dot_git = root / ".git";
+  const std::string start = "protected path " + dsh::json_string_literal(dot_git.native()) +
+                            ": expected a \"gitdir: <path>\" pointer file naming a git directory; found ";
+  REQUIRE(::mkfifo(dot_git.c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(dsh::protected_paths(policy_for(root)), start + "\"not a regular file\"");
+  CHECK_FALSE(policy_for(root).permits_write("a.txt"));
+  fs::remove(dot_git);
+  write_text(dot_git, "gitdir: " + std::string(5000, 'x') + "\n");
+  CHECK_THROWS_WITH(dsh::protected_paths(policy_for(root)), start + "\"a file longer than 4096 bytes\"");
+  fs::remove(dot_git);
+
+  dsh::ProtectedPathRules rules;
+  rules.defaults = false;
+  rules.extra = {std::string(300, 'n')};
+  try {
+    (void)dsh::protected_paths(policy_for(root, SandboxMode::workspace_write, rules));
+    FAIL("protected_paths did not throw");
+  } catch (const dsh::ProtectedPathError& error) {
+    CHECK(std::string(error.what()) ==
+          "protected path " + dsh::json_string_literal((root / std::string(300, 'n')).native()) +
+              ": expected a path lstat(2) can examine; found \"" + std::strerror(ENAMETOOLONG) + "\"");
+    CHECK(error.code() == std::error_code(ENAMETOOLONG, std::generic_category()));
+  }
+  CHECK_FALSE(policy_for(root, SandboxMode::workspace_write, rules).permits_write("a.txt"));
+}
+
 TEST_CASE("a root that is not absolute has no list") {
   CHECK_THROWS_WITH(dsh::protected_paths(dsh::ResolvedPolicy{}),
                     "protected paths: expected an absolute workspace root; found \"\"");
@@ -523,6 +552,8 @@ TEST_CASE("protectedPaths in PolicyConfig::from_json, and the owner copying it i
   dsh::PolicyOwner owner(with_root);
   CHECK(owner.protectedPaths() == config.protected_paths);
   CHECK(owner.resolve().protected_paths == config.protected_paths);
+  CHECK_FALSE(owner.resolve().permits_write("bin/tool")); // workspace-write, an extra path of the config
+  CHECK(owner.resolve().permits_write(".gitmodules"));    // disabled by the config
   dsh::Session session(dsh::SessionHeader{"s", scratch.base.native(), 0});
   const dsh::ResolvedPolicy resolved = owner.resolve(session);
   CHECK(resolved.protected_paths == config.protected_paths);
