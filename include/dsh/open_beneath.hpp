@@ -94,10 +94,10 @@ namespace dsh {
 /// containment.
 /// In workspace-write a protected path (docs/enforcement.md#protected-paths) is refused as
 /// `permits_write` refuses it, with EACCES naming the path and the rule, before anything is
-/// opened; and, after the open, when the file opened is a protected one after all (its name
-/// was swapped for a link after the check, or it is a hard link to one), before any byte of
-/// it is changed. When the root's protected paths cannot be known, every path is refused so,
-/// naming why.
+/// opened; and again after the open, before any byte of the file is changed, when the file
+/// opened is a protected one after all (a name swapped for a link after the check, or a hard
+/// link to a protected file; a file such a race made the open create stays, empty). When the
+/// root's protected paths cannot be known, every path is refused with EACCES naming why.
 /// A FIFO, device or socket planted at `path` (or where a symlink there points) is refused
 /// and left untouched: an existing file is first looked at through an O_PATH descriptor,
 /// which opens no device and waits for no FIFO writer or reader; the open itself adds
