@@ -372,6 +372,59 @@ TEST_CASE("a submodule: the superproject lists the submodule's git directory; th
   }
 }
 
+TEST_CASE("modules/: a git directory git would not accept still gets its entries; too deep or too many fail closed") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  git(root, {"init", "-q"});
+  const fs::path modules = root / ".git/modules";
+  SECTION("a broken submodule git directory (no HEAD) beside a name with a slash") {
+    fs::create_directories(modules / "broken/objects");
+    write_text(modules / "broken/config", "[core]\n");
+    fs::create_directories(modules / "libs");
+    git(modules / "libs", {"init", "-q", "--bare", "inner"});
+    std::vector<ProtectedEntry> expected = fresh_git_directory(root / ".git");
+    expected.push_back(entry(modules, ProtectedKind::pinned_directory, ".git"));
+    expected.push_back(entry(modules / "broken", ProtectedKind::pinned_directory, ".git"));
+    expected.push_back(entry(modules / "broken/hooks", ProtectedKind::missing_directory, ".git/hooks"));
+    expected.push_back(entry(modules / "broken/config", ProtectedKind::file, ".git/config"));
+    expected.push_back(entry(modules / "broken/config.worktree", ProtectedKind::missing_file, ".git/config.worktree"));
+    expected.push_back(entry(modules / "broken/commondir", ProtectedKind::missing_file, ".git/commondir", ".\n"));
+    expected.push_back(entry(modules / "libs", ProtectedKind::pinned_directory, ".git"));
+    for (ProtectedEntry& e : fresh_git_directory(modules / "libs/inner")) {
+      expected.push_back(std::move(e));
+    }
+    expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
+    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
+    INFO(describe(entries));
+    CHECK(entries == expected);
+  }
+  SECTION("directories nested deeper than 16 levels") {
+    fs::path deep = modules;
+    for (int i = 0; i < 18; ++i) {
+      deep /= "d";
+    }
+    fs::create_directories(deep);
+    CHECK_THROWS_WITH(dsh::protected_paths(policy_for(root)),
+                      "protected path " +
+                          dsh::json_string_literal((modules / "d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d/d").native()) +
+                          ": expected submodule git directories nested at most 16 deep; found \"deeper nesting\"");
+    CHECK_FALSE(policy_for(root).permits_write("a.txt"));
+  }
+  SECTION("more than 4096 entries") {
+    for (int i = 0; i < 1000; ++i) {
+      std::string name = std::to_string(i);
+      name = "m" + std::string(4 - name.size(), '0') + name;
+      fs::create_directories(modules / name);
+      write_text(modules / name / "config", "");
+    }
+    // .git and its 4 entries, modules/, then 5 entries a directory: the 4097th is m0818's pin.
+    CHECK_THROWS_WITH(dsh::protected_paths(policy_for(root)),
+                      "protected path " + dsh::json_string_literal((modules / "m0818").native()) +
+                          ": expected at most 4096 protected entries beneath a root; found \"more\"");
+    CHECK_FALSE(policy_for(root).permits_write("a.txt"));
+  }
+}
+
 TEST_CASE("a pointer file the scan cannot resolve fails closed: nothing beneath the root is written") {
   const Scratch scratch;
   const fs::path root = scratch.base / "ws";

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <vector>
 
 #include <dirent.h>
@@ -145,8 +146,9 @@ private:
                                                            {"config", ".git/config", false},
                                                            {"config.worktree", ".git/config.worktree", false},
                                                            {"commondir", ".git/commondir", false}}};
-  static constexpr int MAX_DEPTH = 16;          // nested submodules deeper than this fail closed
-  static constexpr std::size_t MAX_FILE = 4096; // a pointer or commondir file longer than this fails closed
+  static constexpr int MAX_DEPTH = 16;             // nested submodules deeper than this fail closed
+  static constexpr std::size_t MAX_FILE = 4096;    // a pointer or commondir file longer than this fails closed
+  static constexpr std::size_t MAX_ENTRIES = 4096; // a list longer than this fails closed
 
   [[nodiscard]] bool enabled(std::string_view name) const {
     return rules_.defaults && std::ranges::find(rules_.disabled_defaults, name) == rules_.disabled_defaults.end();
@@ -172,6 +174,12 @@ private:
   void add(const std::filesystem::path& path, ProtectedKind kind, std::string_view rule,
            std::string_view placeholder = {}) {
     const bool listed = std::ranges::any_of(scan_.entries, [&](const ProtectedEntry& e) { return e.path == path; });
+    if (!listed && scan_.entries.size() >= MAX_ENTRIES) {
+      // A command can make directories in modules/ and worktrees/: past this the list fails
+      // closed rather than grow the scan (and the namespace layer's mounts) without bound.
+      fail(subject(path), "at most 4096 protected entries beneath a root", "more");
+      return;
+    }
     if (!listed) {
       scan_.entries.push_back(ProtectedEntry{path, kind, std::string(rule), std::string(placeholder)});
     }
@@ -179,16 +187,14 @@ private:
 
   /// lstat(2) of `path`, remembered for the rest of the scan; nullopt with errno set on failure.
   [[nodiscard]] std::optional<struct stat> look(const std::string& path) {
-    for (const auto& [seen, status] : looked_) {
-      if (seen == path) {
-        return status;
-      }
+    if (const auto seen = looked_.find(path); seen != looked_.end()) {
+      return seen->second;
     }
     struct stat status {};
     if (::lstat(path.c_str(), &status) != 0) {
       return std::nullopt;
     }
-    looked_.emplace_back(path, status);
+    looked_.emplace(path, status);
     return status;
   }
 
@@ -402,6 +408,11 @@ private:
   [[nodiscard]] std::optional<std::vector<std::string>> subdirectories(const std::filesystem::path& dir) {
     const std::optional<struct stat> status = look(dir);
     if (!status) {
+      const int error = errno;
+      if (error != ENOENT && error != ENOTDIR) {
+        fail(subject(dir), "a path lstat(2) can examine", std::error_code(error, std::generic_category()).message(),
+             error);
+      }
       return std::nullopt;
     }
     if (S_ISLNK(status->st_mode)) {
@@ -446,6 +457,10 @@ private:
   /// Walks `modules/` of a git directory: each submodule's git directory (a name may hold
   /// slashes, so the directories on the way are walked too) is pinned and scanned.
   void walk_modules(const std::filesystem::path& dir, int depth) {
+    if (depth > MAX_DEPTH) {
+      fail(subject(dir), "submodule git directories nested at most 16 deep", "deeper nesting");
+      return;
+    }
     const std::optional<std::vector<std::string>> names = subdirectories(dir);
     if (!names || names->empty() || !scan_.problem.empty()) {
       return;
@@ -453,7 +468,13 @@ private:
     add(dir, ProtectedKind::pinned_directory, PROTECTED_GIT_RULE);
     for (const std::string& name : *names) {
       const std::filesystem::path child = dir / name;
-      if (not_git_directory(child, child).empty()) {
+      // A git directory, or one that looks like it although git would not accept it, gets the
+      // entries; only a directory with none of git's names is a step of a name with slashes
+      // (walking into a git directory's objects/ instead would pin hundreds of directories).
+      const bool git_like =
+          std::ranges::any_of(std::array<std::string_view, 4>{"HEAD", "config", "objects", "refs"},
+                              [&](std::string_view marker) { return look(child / marker).has_value(); });
+      if (git_like || not_git_directory(child, child).empty()) {
         scan_git_directory(child, depth + 1);
       } else {
         walk_modules(child, depth + 1);
@@ -548,7 +569,7 @@ private:
   const std::filesystem::path& root_;
   const ProtectedPathRules& rules_;
   ProtectedScan scan_;
-  std::vector<std::pair<std::string, struct stat>> looked_;
+  std::unordered_map<std::string, struct stat> looked_;
   std::vector<std::filesystem::path> visited_;
   std::vector<std::filesystem::path> walked_;
 };
