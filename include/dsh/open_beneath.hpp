@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -91,6 +92,12 @@ namespace dsh {
 /// taken against the workspace root; escapes fail with EXDEV).
 /// danger-full-access: a plain open(2) of `path` (relative to the workspace root), no
 /// containment.
+/// In workspace-write a protected path (docs/enforcement.md#protected-paths) is refused as
+/// `permits_write` refuses it, with EACCES naming the path and the rule, before anything is
+/// opened; and again after the open, before any byte of the file is changed, when the file
+/// opened is a protected one after all (a name swapped for a link after the check, or a hard
+/// link to a protected file; a file such a race made the open create stays, empty). When the
+/// root's protected paths cannot be known, every path is refused with EACCES naming why.
 /// A FIFO, device or socket planted at `path` (or where a symlink there points) is refused
 /// and left untouched: an existing file is first looked at through an O_PATH descriptor,
 /// which opens no device and waits for no FIFO writer or reader; the open itself adds
@@ -98,7 +105,7 @@ namespace dsh {
 /// regular file is then truncated (when `flags` has O_TRUNC) and set back to blocking (unless
 /// `flags` has O_NONBLOCK). Returns the descriptor; throws std::system_error naming `path` on
 /// failure: EPERM for a FIFO, device or socket ("refusing to write to a FIFO: ..."), EISDIR
-/// for a directory, the open's errno otherwise.
+/// for a directory, EACCES for a protected path, the open's errno otherwise.
 [[nodiscard]] inline UniqueFd open_for_write(const ResolvedPolicy& policy, const std::filesystem::path& path,
                                              int flags = O_WRONLY | O_CREAT, ::mode_t mode = 0644) {
   if (policy.mode == SandboxMode::read_only) {
@@ -108,6 +115,14 @@ namespace dsh {
   const bool contained = policy.mode == SandboxMode::workspace_write;
   const std::filesystem::path target = contained || path.is_absolute() ? path : policy.workspace_root / path;
   const std::string subject = "open_for_write(" + json_string_literal(target.native()) + ")";
+  detail::ProtectedScan protection;
+  if (contained && !path.empty()) {
+    protection = detail::protected_entries(policy.workspace_root, policy.protected_paths);
+    const std::filesystem::path canonical = canonical_path(path.is_absolute() ? path : policy.workspace_root / path);
+    if (std::optional<std::string> refusal = detail::protected_refusal(protection, policy.workspace_root, canonical)) {
+      detail::throw_open_error(EACCES, subject + ": " + *refusal);
+    }
+  }
   // Look before opening: O_PATH opens no device and never waits on a FIFO. A path that
   // cannot be looked at this way is left to the open below, which reports why.
 #if defined(__linux__)
@@ -138,6 +153,21 @@ namespace dsh {
     }
   }
   detail::require_regular_file(file.get(), subject); // a file swapped in after the look
+#if defined(__linux__)
+  if (contained) { // the file opened, whatever its name was when checked above
+    std::optional<std::string> refusal;
+    if (const std::optional<std::string> opened = detail::recorded_path(file.get())) {
+      refusal = detail::protected_refusal(protection, policy.workspace_root, *opened);
+    }
+    if (const detail::ProtectedEntry* entry = refusal ? nullptr : detail::linked_entry(protection, file.get())) {
+      refusal = "refusing to write a hard link to the protected path " + json_string_literal(entry->path.native()) +
+                " (rule " + json_string_literal(entry->rule) + ")";
+    }
+    if (refusal) {
+      detail::throw_open_error(EACCES, subject + ": " + *refusal);
+    }
+  }
+#endif
   if ((flags & O_TRUNC) != 0 && ::ftruncate(file.get(), 0) != 0) {
     detail::throw_open_error(errno, subject + ": ftruncate failed");
   }

@@ -18,6 +18,7 @@
 #include <dsh/detail/json_members.hpp>
 #include <dsh/detail/json_text.hpp>
 #include <dsh/detail/last_event.hpp>
+#include <dsh/detail/protected_paths.hpp>
 #include <dsh/detail/session_concepts.hpp>
 #include <dsh/version.hpp>
 
@@ -77,6 +78,21 @@ public:
 class InvariantViolation : public Error {
 public:
   using Error::Error;
+};
+
+/// The protected paths of a writable root cannot be known (docs/enforcement.md#protected-paths):
+/// a `.git` pointer or `commondir` file that does not name a git directory, a symbolic link on
+/// the way to a protected path, a path that cannot be examined. The message names the path,
+/// the expectation and what was found; `code()` is the system call's error when one failed.
+class ProtectedPathError : public Error {
+public:
+  /// An error with `message`, and `code` when a system call failed.
+  explicit ProtectedPathError(const std::string& message, std::error_code code = {}) : Error(message), code_(code) {}
+  /// Returns the failed system call's error, or an empty code.
+  [[nodiscard]] std::error_code code() const noexcept { return code_; }
+
+private:
+  std::error_code code_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -423,11 +439,16 @@ struct PolicyConfig {
   SandboxMode mode = SandboxMode::read_only;           ///< Deployment default; read-only is the fail-safe.
   std::optional<std::filesystem::path> workspace_root; ///< Fallback root; default: the process working directory.
   std::string host_label = "DSH";                      ///< The host's name in the model text.
+  /// The paths beneath a writable root that stay read-only (docs/enforcement.md#protected-paths).
+  ProtectedPathRules protected_paths{};
 
-  /// Reads a configuration object with the optional keys "mode", "workspaceRoot" and
-  /// "hostLabel". Throws ConfigError, naming the key, the expectation and the value found, for
-  /// anything but a JSON object, an unknown key, a wrong type, a mode outside the vocabulary,
-  /// an empty root or one holding NUL, and a label that is empty or holds a control character or `"`.
+  /// Reads a configuration object with the optional keys "mode", "workspaceRoot", "hostLabel"
+  /// and "protectedPaths" (an object with the optional keys "defaults", a boolean; "disable",
+  /// an array of default names; "extra", an array of paths). Throws ConfigError, naming the
+  /// key, the expectation and the value found, for anything but a JSON object, an unknown key,
+  /// a wrong type, a mode outside the vocabulary, an empty root or one holding NUL, a label
+  /// that is empty or holds a control character or `"`, a name outside the default list, and
+  /// an extra path that is empty, holds NUL or a ".." component, or names the root itself.
   [[nodiscard]] static PolicyConfig from_json(const nlohmann::json& json) {
     if (!json.is_object()) {
       throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
@@ -442,9 +463,11 @@ struct PolicyConfig {
       } else if (key == "hostLabel") {
         config.host_label = detail::config_string(value, key);
         detail::require_valid_label(config.host_label);
+      } else if (key == "protectedPaths") {
+        config.protected_paths = detail::protected_rules_from_json(value);
       } else {
         throw ConfigError(detail::expectation_message(
-            "PolicyConfig", "only the keys \"mode\", \"workspaceRoot\" and \"hostLabel\"", key));
+            "PolicyConfig", "only the keys \"mode\", \"workspaceRoot\", \"hostLabel\" and \"protectedPaths\"", key));
       }
     }
     return config;
@@ -457,6 +480,8 @@ struct ResolvedPolicy {
   std::filesystem::path workspace_root;            ///< Canonical, absolute.
   ModeSource mode_source = ModeSource::deployment; ///< Which input decided `mode`.
   RootSource root_source = RootSource::deployment; ///< Which input decided `workspace_root`.
+  /// The deployment's protected paths beneath the root (`PolicyConfig::protected_paths`).
+  ProtectedPathRules protected_paths{};
 
   bool operator==(const ResolvedPolicy&) const = default;
 
@@ -464,7 +489,11 @@ struct ResolvedPolicy {
   /// true in danger-full-access. In workspace-write returns true exactly when `target`,
   /// taken against the workspace root if relative and canonicalized like the root (so a
   /// symbolic link inside the workspace that points outside is outside), is the root or lies
-  /// beneath it by whole components. An empty path is never permitted.
+  /// beneath it by whole components, and is not protected: false when it is a protected
+  /// entry or lies beneath one (a pinned directory only refuses itself), and for every target
+  /// beneath the root when its protected paths cannot be known (`dsh::protected_paths`
+  /// throws then). That part looks at the filesystem as it is now: a few lstat(2) calls for a
+  /// plain repository. An empty path is never permitted.
   /// A path check is only as good as the moment it runs: the filesystem can change between
   /// this check and the write (time of check / time of use). Open beneath the root with the
   /// kernel's help (`dsh::open_beneath` in <dsh/open_beneath.hpp>) where that matters.
@@ -472,15 +501,33 @@ struct ResolvedPolicy {
     switch (mode) {
     case SandboxMode::danger_full_access:
       return true;
-    case SandboxMode::workspace_write:
-      return !target.empty() && target.native().find('\0') == std::string::npos &&
-             detail::is_within(canonical_path(target.is_absolute() ? target : workspace_root / target), workspace_root);
+    case SandboxMode::workspace_write: {
+      if (target.empty() || target.native().find('\0') != std::string::npos) {
+        return false;
+      }
+      const std::filesystem::path canonical = canonical_path(target.is_absolute() ? target : workspace_root / target);
+      return detail::is_within(canonical, workspace_root) &&
+             !detail::protected_refusal(workspace_root, protected_paths, canonical);
+    }
     case SandboxMode::read_only:
       break;
     }
     return false;
   }
 };
+
+/// Returns the protected entries beneath `policy.workspace_root` under `policy.protected_paths`
+/// (docs/enforcement.md#protected-paths), whatever the mode: what `permits_write`,
+/// `open_for_write` and the fence's namespace layer refuse, as the filesystem is now, in the
+/// order the scan finds them. Throws ProtectedPathError naming the path, the expectation and
+/// what was found when the list cannot be known (writes beneath the root are then refused).
+[[nodiscard]] inline std::vector<detail::ProtectedEntry> protected_paths(const ResolvedPolicy& policy) {
+  detail::ProtectedScan scan = detail::protected_entries(policy.workspace_root, policy.protected_paths);
+  if (!scan.problem.empty()) {
+    throw ProtectedPathError(scan.problem, scan.error);
+  }
+  return std::move(scan.entries);
+}
 
 /// Stores the policy as `{"mode","workspaceRoot","modeSource","rootSource"}`; a root that is
 /// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
@@ -500,13 +547,16 @@ class Disposer;
 class PolicyOwner {
 public:
   /// Validates the configuration and canonicalizes the fallback root once. Throws ConfigError
-  /// for a mode outside the enum, an empty root or one holding NUL, or an invalid host label;
+  /// for a mode outside the enum, an empty root or one holding NUL, an invalid host label, or
+  /// invalid protected-path rules (as `PolicyConfig::from_json` names them);
   /// std::system_error when the root is relative (or absent) and the working directory cannot be read.
   explicit PolicyOwner(PolicyConfig config = {})
       : default_mode_(config.mode), workspace_root_(canonical_root(config.workspace_root)),
-        host_label_(std::move(config.host_label)), registry_(std::make_shared<detail::Registry>()) {
+        host_label_(std::move(config.host_label)), protected_paths_(std::move(config.protected_paths)),
+        registry_(std::make_shared<detail::Registry>()) {
     detail::require_valid_mode(default_mode_);
     detail::require_valid_label(host_label_);
+    detail::require_valid_protected_rules(protected_paths_);
   }
   // Disposers and listeners are tied to this owner's registry: hold the owner by reference
   // or pointer instead of copying or moving it.
@@ -522,12 +572,15 @@ public:
   [[nodiscard]] const std::filesystem::path& workspaceRoot() const noexcept { return workspace_root_; }
   /// Returns the host label the model text uses.
   [[nodiscard]] const std::string& hostLabel() const noexcept { return host_label_; }
+  /// Returns the protected-path rules every resolved policy carries.
+  [[nodiscard]] const ProtectedPathRules& protectedPaths() const noexcept { return protected_paths_; }
 
   /// Resolves the policy of a call without a session: `approved`, else the deployment default;
   /// the fallback root.
   [[nodiscard]] ResolvedPolicy resolve(std::optional<SandboxMode> approved = {}) const {
     return ResolvedPolicy{approved.value_or(default_mode_), workspace_root_,
-                          approved ? ModeSource::approved : ModeSource::deployment, RootSource::deployment};
+                          approved ? ModeSource::approved : ModeSource::deployment, RootSource::deployment,
+                          protected_paths_};
   }
 
   /// Resolves the policy of a call in `session`: mode = `approved`, else the session's last
@@ -538,9 +591,9 @@ public:
   [[nodiscard]] ResolvedPolicy resolve(const S& session, std::optional<SandboxMode> approved = {}) const {
     const auto [mode, mode_source] = decide_mode(session, approved);
     if (std::optional<std::string> root = session_root(session.header())) {
-      return ResolvedPolicy{mode, std::move(*root), mode_source, RootSource::session};
+      return ResolvedPolicy{mode, std::move(*root), mode_source, RootSource::session, protected_paths_};
     }
-    return ResolvedPolicy{mode, workspace_root_, mode_source, RootSource::deployment};
+    return ResolvedPolicy{mode, workspace_root_, mode_source, RootSource::deployment, protected_paths_};
   }
 
   /// Registers one contribution enforcing `family`; the family stays enforced until the last
@@ -668,6 +721,7 @@ private:
   SandboxMode default_mode_;
   std::filesystem::path workspace_root_;
   std::string host_label_;
+  ProtectedPathRules protected_paths_;
   std::shared_ptr<detail::Registry> registry_;
 };
 

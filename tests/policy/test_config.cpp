@@ -52,7 +52,7 @@ const std::string kLabelType = "PolicyConfig key \"hostLabel\": expected a strin
 const std::string kLabelValue =
     "PolicyConfig key \"hostLabel\": expected a non-empty UTF-8 string without control characters or '\"'; found ";
 const std::string kUnknownKey =
-    "PolicyConfig: expected only the keys \"mode\", \"workspaceRoot\" and \"hostLabel\"; found ";
+    "PolicyConfig: expected only the keys \"mode\", \"workspaceRoot\", \"hostLabel\" and \"protectedPaths\"; found ";
 const std::string kNotObject = "PolicyConfig: expected a JSON object; found ";
 
 std::vector<BadConfig> bad_configs() {

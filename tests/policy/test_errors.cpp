@@ -16,6 +16,7 @@
 static_assert(std::is_base_of_v<std::runtime_error, dsh::Error>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::ConfigError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::InvariantViolation>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::ProtectedPathError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LogError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LandlockError>);
 

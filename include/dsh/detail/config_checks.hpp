@@ -48,6 +48,71 @@ inline void require_valid_mode(SandboxMode mode) {
   return value.get_ref<const std::string&>();
 }
 
+/// Throws ConfigError unless every name `rules` disables is one of the default list and every
+/// extra path is non-empty, holds no NUL and no ".." component, and, when relative, names
+/// something beneath the root rather than the root itself.
+inline void require_valid_protected_rules(const ProtectedPathRules& rules) {
+  for (const std::string& name : rules.disabled_defaults) {
+    if (std::ranges::find(PROTECTED_DEFAULTS, name) == PROTECTED_DEFAULTS.end()) {
+      throw ConfigError(
+          expectation_message("PolicyConfig key \"protectedPaths.disable\"", protected_defaults_vocabulary(), name));
+    }
+  }
+  for (const std::filesystem::path& path : rules.extra) {
+    const std::string& text = path.native();
+    const bool climbs = std::ranges::any_of(path, [](const std::filesystem::path& part) { return part == ".."; });
+    const std::string clean = lexically_clean(path);
+    if (text.empty() || text.find('\0') != std::string::npos || climbs || clean == ".") {
+      throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths.extra\"",
+                                            "a non-empty path without NUL characters or \"..\" components, naming "
+                                            "something beneath the workspace root",
+                                            text));
+    }
+  }
+}
+
+/// Reads the value of the configuration key "protectedPaths": an object with the optional keys
+/// "defaults" (a boolean), "disable" (an array of default names) and "extra" (an array of
+/// paths). Throws ConfigError naming the key, the expectation and the value otherwise.
+[[nodiscard]] inline ProtectedPathRules protected_rules_from_json(const nlohmann::json& json) {
+  constexpr std::string_view expected_object =
+      "an object with the optional keys \"defaults\", \"disable\" and \"extra\"";
+  if (!json.is_object()) {
+    throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths\"", expected_object, json));
+  }
+  const auto strings = [](const nlohmann::json& value, std::string_view key) {
+    const std::string context = "PolicyConfig key \"protectedPaths." + std::string(key) + "\"";
+    if (!value.is_array() || !std::ranges::all_of(value, [](const nlohmann::json& e) { return e.is_string(); })) {
+      throw ConfigError(expectation_message(context, "an array of strings", value));
+    }
+    std::vector<std::string> out;
+    out.reserve(value.size());
+    for (const nlohmann::json& element : value) {
+      out.push_back(element.get_ref<const std::string&>());
+    }
+    return out;
+  };
+  ProtectedPathRules rules;
+  for (const auto& [key, value] : json.get_ref<const nlohmann::json::object_t&>()) {
+    if (key == "defaults") {
+      if (!value.is_boolean()) {
+        throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths.defaults\"", "a boolean", value));
+      }
+      rules.defaults = value.get<bool>();
+    } else if (key == "disable") {
+      rules.disabled_defaults = strings(value, key);
+    } else if (key == "extra") {
+      for (std::string& path : strings(value, key)) {
+        rules.extra.emplace_back(std::move(path));
+      }
+    } else {
+      throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths\"", expected_object, key));
+    }
+  }
+  require_valid_protected_rules(rules);
+  return rules;
+}
+
 } // namespace dsh::detail
 
 #endif // DSH_DETAIL_CONFIG_CHECKS_HPP
