@@ -194,6 +194,35 @@ enum class FenceStatus : std::uint8_t {
   return "unfenced";
 }
 
+/// Whether a fence adds the namespace layer (docs/enforcement.md#the-namespace-layer).
+enum class Isolation : std::uint8_t {
+  off,         ///< the base fence only, as before the layer existed
+  best_effort, ///< the layer where the kernel grants it; the report names each row not applied and why
+  required,    ///< the layer or nothing: prepare throws LandlockError when a row cannot be had
+};
+
+/// "off", "best-effort" or "required" (as dsh-sandboxed-bash --isolation spells them).
+[[nodiscard]] constexpr std::string_view to_string(Isolation isolation) noexcept {
+  switch (isolation) {
+  case Isolation::off:
+    return "off";
+  case Isolation::best_effort:
+    return "best-effort";
+  case Isolation::required:
+    break;
+  }
+  return "required";
+}
+
+/// One row of the namespace layer, in the order a child applies them.
+struct FenceLayer {
+  std::string name;     ///< "user namespace", "mount namespace", "read-only root", ...
+  bool applied = false; ///< the children apply it (or the call fails: never skipped silently)
+  std::string reason;   ///< why not, when not applied: the refused call and the kernel's reason
+  /// Member-wise equality.
+  bool operator==(const FenceLayer&) const = default;
+};
+
 /// One path the fence grants rights beneath (or on, for a device).
 struct FenceGrant {
   std::filesystem::path path; ///< canonical path as opened
@@ -224,9 +253,14 @@ struct FenceReport {
   /// holds CAP_SYS_ADMIN; a child that gave it up before entering the fence gets the calls
   /// refused instead), false when the filter refuses the calls.
   bool ipc_namespace = false;
+  /// The `FenceOptions::isolation` the fence was prepared with; `off` for danger-full-access.
+  Isolation isolation = Isolation::off;
+  /// The rows of the namespace layer, each applied or not with the reason; empty with
+  /// `Isolation::off` and for danger-full-access.
+  std::vector<FenceLayer> layers{};
 
   /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
-  /// grants and notes; paths as JSON string literals.
+  /// grants, the namespace layer's rows and notes; paths as JSON string literals.
   [[nodiscard]] std::string describe() const {
     std::string text = std::string(to_string(status)) + " " + std::string(to_string(mode));
     if (abi > 0) {
@@ -263,6 +297,15 @@ struct FenceReport {
     }
     if (syscall_filter) {
       text += ipc_namespace ? "; syscall filter: on, own IPC namespace" : "; syscall filter: on, System V IPC refused";
+    }
+    if (!layers.empty()) {
+      text += "; namespace layer (" + std::string(to_string(isolation)) + "):";
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        text += (i == 0 ? " " : ", ") + layers[i].name;
+        if (!layers[i].applied) {
+          text += " NOT APPLIED (" + layers[i].reason + ")";
+        }
+      }
     }
     for (const std::string& note : notes) {
       text += "; " + note;
@@ -346,6 +389,11 @@ struct FenceOptions {
   /// Linux 6.7; prepare throws LandlockError on an older kernel). Off by default: the model
   /// text says nothing about the network.
   bool deny_tcp = false;
+  /// The namespace layer (docs/enforcement.md#the-namespace-layer) in read-only and
+  /// workspace-write: `best_effort` by default (applied where the kernel grants it, and
+  /// `FenceReport::layers` says exactly what is), `required` (prepare throws LandlockError when
+  /// a row cannot be had) or `off` (the base fence only).
+  Isolation isolation = Isolation::best_effort;
 };
 
 /// The outcome of `PreparedFence::apply`: `error` is 0 on success, otherwise the errno of
@@ -443,6 +491,7 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 #include <dsh/detail/fence_guards.hpp>
 #include <dsh/detail/fence_supervisor.hpp>
 #include <dsh/detail/landlock_kernel.hpp>
+#include <dsh/detail/namespace_layer.hpp>
 #include <dsh/detail/private_temporary.hpp>
 #include <dsh/detail/syscall_filter.hpp>
 #include <dsh/detail/temporary_areas.hpp>
@@ -482,7 +531,22 @@ public:
   /// safely, when `options.terminal` is not a pseudo-terminal (each message names the path),
   /// when the workspace root cannot be opened, or when a Landlock call fails.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
-    return detail::prepare_fence(policy, options, detail::probe_landlock(), detail::HostEnvironment::current());
+    const detail::HostEnvironment environment = detail::HostEnvironment::current();
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    // merge: policy.protected_paths
+    fence.add_namespace_layer(policy, options, environment,
+                              detail::protected_entries(policy.workspace_root, ProtectedPathRules{}));
+    return fence;
+  }
+
+  /// `prepare(policy, options)` with the protected list `scan` instead of the policy's, for
+  /// tests of the layer's binds on hand-built entries.
+  [[nodiscard]] static PreparedFence prepare_with_protected(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                            const detail::ProtectedScan& scan) {
+    const detail::HostEnvironment environment = detail::HostEnvironment::current();
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    fence.add_namespace_layer(policy, options, environment, scan);
+    return fence;
   }
 
   /// Removes the private temporary directory `prepare(policy, options)` makes for the session
@@ -533,7 +597,7 @@ public:
   /// nothing for an `unrestricted` fence. Returns the errno and the failing call when the
   /// kernel refused a step; the child must then not run the command (`FencedCommand` exits
   /// instead).
-  ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL); }
+  ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL, false); }
 
   /// `TMPDIR=` followed by `report().temporary_directory`, the variable a fenced command gets
   /// (see FencedCommand); nullptr when the fence has no temporary directory. Async-signal-safe:
@@ -557,10 +621,54 @@ private:
 
   friend class FencedCommand;
 
+  /// Adds the namespace layer to the prepared base fence (`detail::plan_namespace_layer`):
+  /// its rows in the report, the plan the children apply, the filter for a command in its own
+  /// IPC namespace, and TMPDIR=/tmp when /tmp is the private directory.
+  void add_namespace_layer(const ResolvedPolicy& policy, const FenceOptions& options,
+                           const detail::HostEnvironment& environment, const detail::ProtectedScan& scan) {
+    namespaces_ = detail::plan_namespace_layer(policy, options, environment, scan, report_);
+    if (!namespaces_.active) {
+      return;
+    }
+    if (report_.syscall_filter && filter_.empty()) {
+      filter_ = detail::build_syscall_filter(false, !options.terminal.empty());
+    }
+    if (namespaces_.temporary_areas && !namespaces_.temporary.empty()) {
+      tmpdir_assignment_ = "TMPDIR=" + namespaces_.temporary_targets.front();
+    }
+  }
+
+  /// The part of the layer a supervisor enters itself, before it starts the command with
+  /// vfork: the user namespace and a new PID namespace (the command is then its PID 1).
+  /// Returns the failed step, or error 0 (also when the layer does not apply).
+  ApplyResult enter_supervisor_namespaces() const noexcept {
+#if defined(__linux__)
+    if (!namespaces_.active) {
+      return {};
+    }
+    if (namespaces_.user_namespace) {
+      if (const ApplyResult entered = detail::enter_user_namespace(namespaces_); !entered.ok()) {
+        return entered;
+      }
+    }
+    if (::unshare(CLONE_NEWPID) != 0) {
+      return {errno, "unshare(CLONE_NEWPID)"};
+    }
+#endif
+    return {};
+  }
+
+  /// True when the layer applies and the caller holds a user namespace of its own afterwards,
+  /// with a full bounding set that the capability drop must lower.
+  [[nodiscard]] bool enters_user_namespace() const noexcept { return namespaces_.active && namespaces_.user_namespace; }
+
   /// `apply()`, asking to drop from the bounding and ambient sets only the capabilities of
   /// `bounding` and `ambient` (supersets of the process's own sets, as its /proc status lists
-  /// them; all ones when unknown).
-  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient) const noexcept {
+  /// them; all ones when unknown). `supervised`: the caller's supervisor already entered the
+  /// user and PID namespaces (`enter_supervisor_namespaces`); otherwise this call enters them,
+  /// forking once so that the calling process's child goes on as PID 1 of the new namespace
+  /// while the caller waits and passes on how it ended.
+  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient, bool supervised) const noexcept {
     if (report_.status == FenceStatus::unrestricted) {
       return {};
     }
@@ -568,7 +676,25 @@ private:
     // CAP_SYS_ADMIN its preparing host held gets that instead, never the host's objects.
     const std::vector<detail::SyscallFilterInstruction>* filter = &refusing_filter_;
 #if defined(__linux__)
-    if (report_.ipc_namespace) {
+    if (namespaces_.active) {
+      if (!supervised) {
+        if (namespaces_.user_namespace) {
+          if (const ApplyResult entered = detail::enter_user_namespace(namespaces_); !entered.ok()) {
+            return entered;
+          }
+        }
+        if (const ApplyResult entered = detail::enter_pid_namespace_by_fork(); !entered.ok()) {
+          return entered;
+        }
+      }
+      if (const ApplyResult mounted = detail::apply_mount_layer(namespaces_, true); !mounted.ok()) {
+        return mounted;
+      }
+      if (namespaces_.user_namespace) {
+        bounding = ~0ULL; // a new user namespace starts with a full bounding set
+      }
+      filter = &filter_;
+    } else if (report_.ipc_namespace) {
       if (::unshare(CLONE_NEWIPC) == 0) {
         filter = &filter_;
       } else if (errno != EPERM) {
@@ -607,7 +733,8 @@ private:
   detail::OwnedDirectory temporary_;                     // a fence without a session owns its temporary directory
   std::vector<detail::SyscallFilterInstruction> filter_; // for a command in its own IPC namespace
   std::vector<detail::SyscallFilterInstruction> refusing_filter_; // refusing System V IPC too
-  std::string tmpdir_assignment_; // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
+  std::string tmpdir_assignment_;    // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
+  detail::NamespacePlan namespaces_; // the namespace layer's steps; inactive when it does not apply
 };
 
 class FencedCommand;
@@ -932,6 +1059,25 @@ public:
     plan.stdio = stdio_;
     plan.terminal = terminal_;
     detail::reset_signal_dispositions();
+#if defined(__linux__)
+    if (fence.namespaces_.active) {
+      // The session and its terminal are this process's; the command, forked into the new PID
+      // namespace as its PID 1, stays in them while this process waits and passes on its end.
+      if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
+        fail_in_child(error_pipe, failed);
+      }
+      if (fence.namespaces_.user_namespace) {
+        if (const ApplyResult entered = detail::enter_user_namespace(fence.namespaces_); !entered.ok()) {
+          fail_in_child(error_pipe, {entered.error, entered.step, detail::ChildStage::fence, -1});
+        }
+      }
+      if (const ApplyResult entered = detail::enter_pid_namespace_by_fork(); !entered.ok()) {
+        fail_in_child(error_pipe, {entered.error, entered.step, detail::ChildStage::fence, -1});
+      }
+      plan.supervised = true;
+      plan.keep_session = true;
+    }
+#endif
     fail_in_child(error_pipe, start_in_child(fence, plan));
   }
 
@@ -1055,7 +1201,9 @@ private:
   /// never in the host's.
   [[nodiscard]] detail::ChildStep start_in_child(const PreparedFence& fence,
                                                  const detail::StartPlan& plan) const noexcept {
-    if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
+    if (const detail::ChildStep failed =
+            plan.keep_session ? detail::ChildStep{} : detail::enter_own_session(plan.terminal);
+        failed.error != 0) {
       return failed;
     }
     if (!directory_.empty() && ::chdir(directory_.c_str()) != 0) {
@@ -1064,7 +1212,7 @@ private:
     if (const detail::ChildStep failed = detail::install_stdio(plan.stdio, plan.null_stdin); failed.error != 0) {
       return failed;
     }
-    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient); !applied.ok()) {
+    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient, plan.supervised); !applied.ok()) {
       return {applied.error, applied.step,
               applied.capabilities ? detail::ChildStage::capabilities : detail::ChildStage::fence, applied.capability};
     }
@@ -1151,6 +1299,16 @@ private:
     if (child_events < 0) {
       fail({errno, "signalfd", supervision, -1});
     }
+    // The user and PID namespaces are the supervisor's, so that the command it starts is PID 1
+    // of the new one and the kernel ends everything in it with the command.
+    if (const ApplyResult entered = fence.enter_supervisor_namespaces(); !entered.ok()) {
+      fail({entered.error, entered.step, detail::ChildStage::fence, -1});
+    }
+    if (fence.enters_user_namespace()) {
+      plan.bounding = ~0ULL;
+      plan.ambient = 0;
+    }
+    plan.supervised = true;
     const long long deadline = limit_ms_ > 0 ? detail::monotonic_ms() + limit_ms_ : 0;
     ::pid_t command = -1;
     if (const detail::ChildStep failed = start_command(fence, plan, command); failed.error != 0) {
