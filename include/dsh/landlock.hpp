@@ -250,8 +250,9 @@ struct FenceReport {
   bool syscall_filter = false;
   /// How the host's System V IPC and POSIX message queues are kept out of reach when
   /// `syscall_filter` is on: true when the command gets a new IPC namespace (the preparing host
-  /// holds CAP_SYS_ADMIN; a child that gave it up before entering the fence gets the calls
-  /// refused instead), false when the filter refuses the calls.
+  /// holds CAP_SYS_ADMIN, or the namespace layer applies; a child that gave CAP_SYS_ADMIN up
+  /// before entering a fence without the layer gets the calls refused instead), false when the
+  /// filter refuses the calls.
   bool ipc_namespace = false;
   /// The `FenceOptions::isolation` the fence was prepared with; `off` for danger-full-access.
   Isolation isolation = Isolation::off;
@@ -588,7 +589,11 @@ public:
 
   /// Enters the fence in the calling thread and, after exec, everything it starts.
   ///
-  /// In this order, as the trusted launchers order them: a new IPC namespace when
+  /// In this order, as the trusted launchers order them: the namespace layer when
+  /// `report().layers` applies it (docs/enforcement.md#the-namespace-layer: the user namespace,
+  /// then a new PID namespace, entered by forking once: the calling process then waits for its
+  /// child, which returns from here as PID 1 of the namespace, and exits as that child ends;
+  /// then the mount, IPC and UTS namespaces and the mounts), else a new IPC namespace when
   /// `report().ipc_namespace`; no_new_privs; the Landlock domain (`enforced`); the capability
   /// drop of `FENCE_DROPPED_CAPABILITIES` (read-only and workspace-write); the system-call
   /// filter, last (`report().syscall_filter`), so that nothing after it but exec is filtered.

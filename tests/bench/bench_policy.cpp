@@ -992,15 +992,18 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   dsh::FenceOptions options;
   options.session_log = log_path;
   options.session_cwd = workspace;
+  options.isolation = dsh::Isolation::off; // the base fence's row
+  dsh::FenceOptions layered = options;
+  layered.isolation = dsh::Isolation::required; // the row with the namespace layer applied
   const int runs = settings.smoke ? 1 : std::max(21, settings.runs);
 
   std::string dash_c = "-c";
   std::string command = "true";
   std::string bash_path = *bash;
   const std::vector<char*> plain_argv{bash_path.data(), dash_c.data(), command.data(), nullptr};
-  const auto fenced = [&] {
+  const auto fenced_with = [&](const dsh::FenceOptions& fence_options) {
     const dsh::ResolvedPolicy policy = owner.resolve(log);
-    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, options);
+    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, fence_options);
     dsh::FencedCommand fenced_command({"bash", "-c", "true"});
     fenced_command.in_directory(policy.workspace_root);
     return policy.mode == dsh::SandboxMode::workspace_write && fenced_command.run(prepared) == 0;
@@ -1008,9 +1011,15 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   const std::vector<double> medians =
       alternate(runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain_argv) == 0; }},
                        {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain_argv) == 0; }},
-                       {"fence: the fenced call", fenced}});
-  const std::string figure = "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write";
+                       {"fence: the fenced call", [&] { return fenced_with(options); }},
+                       {"fence: the fenced call with the namespace layer", [&] { return fenced_with(layered); }}});
+  const std::string figure =
+      "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write, isolation off";
   table.ratio("Fence", figure, medians[2] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.3);
+  table.ratio("Fence",
+              "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write, the namespace "
+              "layer applied",
+              medians[3] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.5);
   table.ratio("Fence", figure, medians[2] * 1e9, "posix_spawn + waitpid of bash -c true (vfork-like: stricter)",
               medians[1] * 1e9, std::nullopt);
 

@@ -64,7 +64,7 @@ bool shows(const std::string& screen, const std::string& text) { return screen.f
 TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   const std::string outside = (lab.outside() / "out.txt").string();
   const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(fence.report(), lab.workspace());
   const std::string tmp = (scratch / "t.txt").string();
@@ -95,7 +95,7 @@ TEST_CASE("an interactive terminal session obeys the read-only fence") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   dsh::test::write_file(lab.workspace() / "notes.txt", "keep\n");
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const auto [screen, status] = terminal_session(fence, lab.workspace(),
                                                  "cat notes.txt\n"
                                                  "echo changed >> notes.txt; echo \"append=$?\"\n"

@@ -257,6 +257,11 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
       return fail(error, "bind of a writable grant");
     }
   }
+  for (const std::string& entry : plan.pinned) {
+    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false); error != 0) {
+      return fail(error, "bind of a pinned directory");
+    }
+  }
   for (const std::string& entry : plan.protected_dirs) {
     if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, true); error != 0) {
       return fail(error, "read-only bind of a protected directory");
@@ -265,11 +270,6 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
   for (const std::string& entry : plan.protected_files) {
     if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), false, true); error != 0) {
       return fail(error, "read-only bind of a protected file");
-    }
-  }
-  for (const std::string& entry : plan.pinned) {
-    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false); error != 0) {
-      return fail(error, "bind of a pinned directory");
     }
   }
   // A fresh /dev: the host's devices bound by name, a new devpts instance, /dev/shm.
