@@ -598,6 +598,12 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
                                " holds the workspace, the session cwd or a grant");
         return;
       }
+      // What was hidden beneath it is out of view with it (and would have no mount point left).
+      for (std::vector<std::string>* done : {&plan.hidden_dirs, &plan.hidden_files}) {
+        done->erase(std::remove_if(done->begin(), done->end(),
+                                   [&path](const std::string& hidden) { return is_within(hidden, path); }),
+                    done->end());
+      }
       plan.hidden_dirs.push_back(path.native());
     } else {
       plan.hidden_files.push_back(path.native());
