@@ -28,8 +28,10 @@
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -220,6 +222,28 @@ TEST_CASE("the namespace layer's report in each isolation mode, as root and as a
       }
       return text;
     });
+    // The whole line of one fence, byte for byte: the base fence's, its IPC answer now the
+    // layer's, then the rows.
+    const std::string whole = as_host({unprivileged, false}, [&]() {
+      const std::string base =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), setup.options(Isolation::off))
+              .report()
+              .describe();
+      const std::string layered =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), setup.options(Isolation::best_effort))
+              .report()
+              .describe();
+      return base + "\n" + layered;
+    });
+    const std::string base = whole.substr(0, whole.find('\n'));
+    const std::string base_ipc =
+        unprivileged ? "; syscall filter: on, System V IPC refused" : "; syscall filter: on, own IPC namespace";
+    REQUIRE(base.size() >= base_ipc.size());
+    CHECK(base.substr(base.size() - base_ipc.size()) == base_ipc);
+    CHECK(whole.substr(whole.find('\n') + 1) == base.substr(0, base.size() - base_ipc.size()) +
+                                                    "; syscall filter: on, own IPC namespace; namespace layer "
+                                                    "(best-effort): " +
+                                                    applied_rows(unprivileged));
     const std::string rows = applied_rows(unprivileged);
     const std::string count = unprivileged ? "10" : "9";
     const std::string ipc_off = unprivileged ? "no" : "yes"; // the base fence's own answer
@@ -243,11 +267,33 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
   const std::filesystem::path host_file = host_tmp / "host-file";
   write_file(host_file, "host\n");
   REQUIRE(::chmod(host_tmp.path().c_str(), 0755) == 0);
+  // A daemon's listening socket in the host's /tmp, as tmux's /tmp/tmux-UID/default is.
+  const std::filesystem::path socket_path = host_tmp / "daemon.sock";
+  const dsh::UniqueFd daemon{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  REQUIRE(socket_path.native().size() < sizeof address.sun_path);
+  std::copy(socket_path.native().begin(), socket_path.native().end(), address.sun_path);
+  REQUIRE(::bind(daemon.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(daemon.get(), 1) == 0);
+  REQUIRE(::chmod(socket_path.c_str(), 0777) == 0);
   for (const bool unprivileged : {false, true}) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
+    // The user's runtime directory, with its agent sockets.
+    const std::filesystem::path runtime = setup.lab.base() / "runtime";
+    std::filesystem::create_directory(runtime);
+    write_file(runtime / "bus", "");
+    REQUIRE(::chown(runtime.c_str(), unprivileged ? nobody : 0, unprivileged ? nobody : 0) == 0);
+    REQUIRE(::chmod(runtime.c_str(), 0700) == 0);
     const std::string log_before = mode_and_bytes(setup.log);
     const std::string script = "cd /proc && echo [0-9]*\n"
+                               "test -S " +
+                               socket_path.native() +
+                               "; echo socket:$?\n"
+                               "echo runtime:$(ls -A " +
+                               runtime.native() +
+                               " | wc -l)\n"
                                "echo private > /tmp/x && echo tmp:$?\n"
                                "test -e " +
                                host_file.native() +
@@ -269,15 +315,16 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
                                "echo in-workspace > " +
                                (setup.lab.workspace() / "made").native() + " && echo workspace:$?\n";
     const std::string seen = as_host({unprivileged, false}, [&]() {
+      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1);
       const PreparedFence fence =
           PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), setup.options(Isolation::required));
       const dsh::test::Captured run = dsh::test::bash(fence, script, setup.lab.workspace(), setup.lab.outside());
       return std::to_string(run.exit_code) + "\n" + run.out + run.err +
              "found: " + read_file(fence.report().temporary_directory / "x");
     });
-    CHECK(seen == "0\n1\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\noutside:1\nstate:0\nflock:73\nchmod:1\n"
-                  "workspace:0\n"
-                  "bash: line 6: " +
+    CHECK(seen == "0\n1\nsocket:1\nruntime:0\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\noutside:1\nstate:0\n"
+                  "flock:73\nchmod:1\nworkspace:0\n"
+                  "bash: line 8: " +
                       setup.target.native() +
                       ": Read-only file system\n"
                       "found: private\n");
