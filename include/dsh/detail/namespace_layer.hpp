@@ -14,6 +14,9 @@
 #include <dsh/detail/host_environment.hpp>
 #include <dsh/detail/protected_paths.hpp>
 
+#include <fstream>
+#include <mutex>
+
 #if defined(__linux__)
 #include <sys/mount.h>
 #endif
@@ -423,6 +426,56 @@ struct NamespaceProbe {
 }
 #endif
 
+/// What decides the probe's answer that belongs to the calling process: its effective ids, its
+/// /proc status lines for capabilities, no_new_privs and seccomp (a filter installed later
+/// changes the answer: `Seccomp_filters` counts them) and the namespaces it is in. Empty when
+/// something cannot be read (the probe then runs every time).
+[[nodiscard]] inline std::string namespace_probe_key() {
+  std::string key = std::to_string(::geteuid()) + ":" + std::to_string(::getegid());
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int found = 0;
+  while (std::getline(status, line)) {
+    for (const std::string_view name : {"CapEff:", "CapBnd:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"}) {
+      if (std::string_view(line).starts_with(name)) {
+        key += "|" + line;
+        ++found;
+      }
+    }
+  }
+  for (const char* ns : {"/proc/self/ns/user", "/proc/self/ns/mnt", "/proc/self/ns/pid"}) {
+    struct stat info {};
+    if (::stat(ns, &info) != 0) {
+      return {};
+    }
+    key += "|" + std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+  }
+  return found == 5 ? key : std::string();
+}
+
+/// `probe_namespace_layer(plan)`, remembered for this process as long as
+/// `namespace_probe_key()` stays the same. What the key cannot see (a sysctl, a security module's
+/// policy changed by the machine's owner later) makes a later call fail closed, naming the step,
+/// never run with less.
+[[nodiscard]] inline NamespaceProbe cached_namespace_probe(const NamespacePlan& plan) {
+#if defined(__linux__)
+  static std::mutex guard;
+  static std::string cached_key;
+  static NamespaceProbe cached{};
+  const std::string key = namespace_probe_key();
+  const std::lock_guard<std::mutex> lock(guard);
+  if (!key.empty() && key == cached_key) {
+    return cached;
+  }
+  cached = probe_namespace_layer(plan);
+  cached_key = key;
+  return cached;
+#else
+  (void)plan;
+  return {ENOSYS, "unshare"};
+#endif
+}
+
 /// True when the calling process may mount and make namespaces without a user namespace: it
 /// holds CAP_SYS_ADMIN in its effective set.
 [[nodiscard]] inline bool holds_sys_admin() noexcept {
@@ -490,11 +543,7 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
                           "; nothing runs");
     }
   };
-#if defined(__linux__)
-  const NamespaceProbe probe = probe_namespace_layer(plan);
-#else
-  const NamespaceProbe probe{ENOSYS, "unshare"};
-#endif
+  const NamespaceProbe probe = cached_namespace_probe(plan);
   if (probe.error != 0) {
     refuse(std::string(probe.step) + ": " + std::strerror(probe.error));
     return plan;
