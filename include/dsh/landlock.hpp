@@ -3,7 +3,8 @@
 //
 // Use: prepare once, before fork, everything that allocates or may fail slowly
 // (`PreparedFence::prepare`: the ruleset is created and filled in the parent); then in the
-// child, between fork and exec, `PreparedFence::apply()` only issues two system calls.
+// child, between fork and exec, `PreparedFence::apply()` only issues system calls (the namespace
+// layer's, then no_new_privs, landlock_restrict_self, the capability drop and the filter).
 // `FencedCommand` wraps the whole fork/apply/exec sequence.
 //
 // What is restricted: every write-class filesystem right the running kernel's Landlock ABI
@@ -502,8 +503,9 @@ namespace dsh {
 /// A Landlock ruleset built from a resolved policy, ready to be entered by a child process.
 ///
 /// Prepare it in the parent, before fork (it allocates, opens the granted paths and fills
-/// the ruleset); the child then calls the noexcept `apply()`, which issues only
-/// prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2). One fence can be applied by
+/// the ruleset); the child then calls the noexcept `apply()`, which issues only system calls
+/// (the namespace layer's, prctl(PR_SET_NO_NEW_PRIVS), landlock_restrict_self(2), the capability
+/// drop and the filter). One fence can be applied by
 /// any number of children. Move-only; owns the ruleset descriptor (close-on-exec).
 class PreparedFence {
 public:
@@ -522,6 +524,9 @@ public:
   /// sockets to the command's own processes where the kernel can (ABI 6), refuse TCP with
   /// `options.deny_tcp`, and prepare the system-call filter (with or without Landlock).
   /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
+  /// Read-only and workspace-write then get the namespace layer (`options.isolation`,
+  /// docs/enforcement.md#the-namespace-layer): probed now, its rows in `report().layers`, the
+  /// placeholders of missing protected paths made now.
   /// Returns the prepared fence; `report()` tells what it enforces.
   /// Throws LandlockError when Landlock or the system-call filter is unavailable and
   /// `options.allow_unfenced` is false (fail closed), when `options.deny_tcp` is set and the
@@ -530,7 +535,9 @@ public:
   /// temporary root runs through a directory another user can change (unless
   /// `options.allow_shared_directories`), when the private temporary directory cannot be made
   /// safely, when `options.terminal` is not a pseudo-terminal (each message names the path),
-  /// when the workspace root cannot be opened, or when a Landlock call fails.
+  /// when the workspace root cannot be opened, when a Landlock call fails,
+  /// when `options.isolation` is `required` and a row of the layer cannot be had (nothing runs),
+  /// or, with the layer, when the protected paths cannot be known or a placeholder cannot be made.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
     PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
@@ -894,8 +901,12 @@ private:
 ///   return. Why a subreaper: it works unprivileged and as root alike, adds one small
 ///   vfork to the call, and keeps pids and /proc as the command expects; a PID namespace needs
 ///   privilege (or a user namespace), a process group or session is left by setsid(2), and a
-///   cgroup needs a delegated hierarchy. Neither the host's signal dispositions nor its
-///   subreaper flag are touched: the supervisor is a process of its own.
+///   cgroup needs a delegated hierarchy. With the namespace layer (`report().layers`) the
+///   supervisor also enters a new PID namespace (in the user namespace it makes for an
+///   unprivileged host) before it starts the command, which is then PID 1 of it: when it ends
+///   the kernel ends everything left in the namespace, and the walk finds nothing. Neither the
+///   host's signal dispositions nor its subreaper flag are touched: the supervisor is a process
+///   of its own.
 /// * an environment: by default the host's as it was when this object was constructed, without
 ///   every variable whose name contains KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or
 ///   AUTH in any case (`removed_env_names` lists them; agent hosts keep model credentials
