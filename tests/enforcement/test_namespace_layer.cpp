@@ -15,8 +15,11 @@
 #include <array>
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -189,6 +192,22 @@ std::string rows_of(const dsh::FenceReport& report) {
   return text;
 }
 
+/// The effective set a root command keeps: this process's, without `FENCE_DROPPED_CAPABILITIES`,
+/// as /proc/self/status spells it.
+std::string kept_capabilities() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("CapEff:\t")) {
+      const std::uint64_t kept = std::stoull(line.substr(8), nullptr, 16) & ~dsh::fence_dropped_capabilities();
+      std::array<char, 17> text{};
+      std::snprintf(text.data(), text.size(), "%016llx", static_cast<unsigned long long>(kept));
+      return text.data();
+    }
+  }
+  return "<no CapEff>";
+}
+
 /// The mode (permission bits) and bytes of `path`.
 std::string mode_and_bytes(const std::filesystem::path& path) {
   struct stat info {};
@@ -287,6 +306,10 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
     REQUIRE(::chown(runtime.c_str(), unprivileged ? nobody : 0, unprivileged ? nobody : 0) == 0);
     REQUIRE(::chmod(runtime.c_str(), 0700) == 0);
     const std::string log_before = mode_and_bytes(setup.log);
+    // Files keep their owners; an unprivileged host's command keeps no capability after exec
+    // (root's keeps those FENCE_DROPPED_CAPABILITIES leaves).
+    const std::string uid = std::to_string(unprivileged ? nobody : ::geteuid());
+    const std::string capabilities = unprivileged ? "0000000000000000" : kept_capabilities();
     const std::string script = "cd /proc && echo [0-9]*\n"
                                "test -S " +
                                socket_path.native() +
@@ -313,7 +336,9 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
                                setup.log.native() +
                                " 2>/dev/null; echo chmod:$?\n"
                                "echo in-workspace > " +
-                               (setup.lab.workspace() / "made").native() + " && echo workspace:$?\n";
+                               (setup.lab.workspace() / "made").native() + " && echo workspace:$?\n" +
+                               "echo uid:$(id -u):$(stat -c %u " + (setup.lab.workspace() / "made").native() + ")\n" +
+                               "grep CapEff /proc/self/status\n";
     const std::string seen = as_host({unprivileged, false}, [&]() {
       ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1);
       const PreparedFence fence =
@@ -323,8 +348,10 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
              "found: " + read_file(fence.report().temporary_directory / "x");
     });
     CHECK(seen == "0\n1\nsocket:1\nruntime:0\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\noutside:1\nstate:0\n"
-                  "flock:73\nchmod:1\nworkspace:0\n"
-                  "bash: line 8: " +
+                  "flock:73\nchmod:1\nworkspace:0\nuid:" +
+                      uid + ":" + uid + "\nCapEff:\t" + capabilities +
+                      "\n"
+                      "bash: line 8: " +
                       setup.target.native() +
                       ": Read-only file system\n"
                       "found: private\n");
