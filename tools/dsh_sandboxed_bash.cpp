@@ -1,7 +1,7 @@
 // dsh-sandboxed-bash: the `bash` family backend of an agent host, in one file.
 //
 //   dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]...
-//                      [--verbose] -- COMMAND...
+//                      [--isolation off|best-effort|required] [--verbose] -- COMMAND...
 //
 // Resolves the session's policy with a PolicyOwner (the same owner that would render the
 // model text), registers `bash` as enforced and escalatable as a real backend does, and runs
@@ -9,9 +9,12 @@
 // process's environment minus the variables whose names look like credentials (FencedCommand's
 // default; --keep-env NAME passes one on, --verbose lists the names withheld). When
 // the command is refused a write, it repeats the denial and says how to retry with an
-// approved wider mode, one of the owner's escalation choices. The exit status is the command's;
+// approved wider mode, one of the owner's escalation choices. --isolation selects the fence's
+// namespace layer (FenceOptions::isolation; best-effort by default), and --verbose lists each of
+// its rows, applied or not with the reason. The exit status is the command's;
 // 126 when it could not be fenced (including a workspace whose grant would let the command change
-// this log or the workspace entry, which decide the next call), 2 for a usage error or an
+// this log or the workspace entry, which decide the next call, and a required namespace layer that
+// cannot be had), 2 for a usage error or an
 // --approved mode that is not strictly wider than the session's (refused before anything runs).
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -42,6 +45,7 @@ struct Options {
   std::optional<dsh::SandboxMode> approved;
   dsh::SandboxMode default_mode = dsh::SandboxMode::read_only;
   bool verbose = false;
+  dsh::Isolation isolation = dsh::Isolation::best_effort;
   std::vector<std::string> keep_env;
   std::vector<std::string> command;
 };
@@ -49,8 +53,8 @@ struct Options {
 void usage(std::string_view problem) {
   std::cerr << program_name << ": " << problem << "\n"
             << "usage: " << program_name
-            << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... [--verbose] -- "
-               "COMMAND...\n"
+            << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... "
+               "[--isolation off|best-effort|required] [--verbose] -- COMMAND...\n"
             << "MODE is read-only, workspace-write or danger-full-access\n"
             << "the command gets this environment without the variables whose names contain KEY, SECRET, TOKEN, "
                "PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env NAME passes one on\n";
@@ -94,6 +98,22 @@ std::optional<Options> parse(int argc, char** argv) {
         return std::nullopt;
       }
       options.keep_env.emplace_back(argv[++i]);
+    } else if (arg == "--isolation") {
+      const std::string_view value = i + 1 < argc ? std::string_view(argv[i + 1]) : std::string_view();
+      bool known = false;
+      for (const dsh::Isolation isolation :
+           {dsh::Isolation::off, dsh::Isolation::best_effort, dsh::Isolation::required}) {
+        if (value == dsh::to_string(isolation)) {
+          options.isolation = isolation;
+          known = true;
+        }
+      }
+      if (!known) {
+        usage(i + 1 < argc ? "unknown isolation \"" + std::string(value) + "\" for --isolation"
+                           : std::string("--isolation needs off, best-effort or required"));
+        return std::nullopt;
+      }
+      ++i;
     } else if (arg == "--verbose") {
       options.verbose = true;
     } else {
@@ -126,9 +146,11 @@ std::string join(const std::vector<std::string>& words, bool quote) {
 }
 
 /// True when a line of the command's stderr reports a refused write: EACCES and EPERM from
-/// Landlock's checks, EXDEV from its rule against linking or moving across the fence.
+/// Landlock's checks, EXDEV from its rule against linking or moving across the fence, EROFS from
+/// the namespace layer's read-only view.
 bool is_denial(std::string_view line) {
-  for (const std::string_view reason : {"Permission denied", "Operation not permitted", "Invalid cross-device link"}) {
+  for (const std::string_view reason :
+       {"Permission denied", "Operation not permitted", "Invalid cross-device link", "Read-only file system"}) {
     if (line.find(reason) != std::string_view::npos) {
       return true;
     }
@@ -275,14 +297,19 @@ int run(const Options& options) {
   // out of the command's reach; prepare refuses a workspace grant that would expose it.
   dsh::FenceOptions fence_options;
   fence_options.session_log = options.log;
+  fence_options.isolation = options.isolation;
   if (log.header().cwd) {
     fence_options.session_cwd = *log.header().cwd;
   }
   const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy, fence_options);
   if (options.verbose) {
     std::cerr << program_name << ": model text: " << owner.context(log) << "\n"
-              << program_name << ": fence: " << fence.report().describe() << "\n"
-              << program_name << ": environment: withheld";
+              << program_name << ": fence: " << fence.report().describe() << "\n";
+    for (const dsh::FenceLayer& layer : fence.report().layers) {
+      std::cerr << program_name << ": namespace layer: " << layer.name
+                << (layer.applied ? ": applied" : ": not applied: " + layer.reason) << "\n";
+    }
+    std::cerr << program_name << ": environment: withheld";
     const std::vector<std::string> withheld = command.removed_env_names();
     if (withheld.empty()) {
       std::cerr << ": none\n";
@@ -312,8 +339,11 @@ int run(const Options& options) {
     if (wider) {
       std::cerr << program_name
                 << ": if this change is required, ask for approval and re-run with a wider mode: " << program_name
-                << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(*wider) << " -- "
-                << join(options.command, true) << "\n";
+                << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(*wider)
+                << (options.isolation == dsh::Isolation::best_effort
+                        ? std::string()
+                        : " --isolation " + std::string(dsh::to_string(options.isolation)))
+                << " -- " << join(options.command, true) << "\n";
     }
   }
   return status;

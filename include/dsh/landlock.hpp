@@ -3,7 +3,8 @@
 //
 // Use: prepare once, before fork, everything that allocates or may fail slowly
 // (`PreparedFence::prepare`: the ruleset is created and filled in the parent); then in the
-// child, between fork and exec, `PreparedFence::apply()` only issues two system calls.
+// child, between fork and exec, `PreparedFence::apply()` only issues system calls (the namespace
+// layer's, then no_new_privs, landlock_restrict_self, the capability drop and the filter).
 // `FencedCommand` wraps the whole fork/apply/exec sequence.
 //
 // What is restricted: every write-class filesystem right the running kernel's Landlock ABI
@@ -201,6 +202,35 @@ enum class FenceStatus : std::uint8_t {
   return "unfenced";
 }
 
+/// Whether a fence adds the namespace layer (docs/enforcement.md#the-namespace-layer).
+enum class Isolation : std::uint8_t {
+  off,         ///< the base fence only, as before the layer existed
+  best_effort, ///< the layer where the kernel grants it; the report names each row not applied and why
+  required,    ///< the layer or nothing: prepare throws LandlockError when a row cannot be had
+};
+
+/// "off", "best-effort" or "required" (as dsh-sandboxed-bash --isolation spells them).
+[[nodiscard]] constexpr std::string_view to_string(Isolation isolation) noexcept {
+  switch (isolation) {
+  case Isolation::off:
+    return "off";
+  case Isolation::best_effort:
+    return "best-effort";
+  case Isolation::required:
+    break;
+  }
+  return "required";
+}
+
+/// One row of the namespace layer, in the order a child applies them.
+struct FenceLayer {
+  std::string name;     ///< "user namespace", "mount namespace", "read-only root", ...
+  bool applied = false; ///< the children apply it (or the call fails: never skipped silently)
+  std::string reason;   ///< why not, when not applied: the refused call and the kernel's reason
+  /// Member-wise equality.
+  bool operator==(const FenceLayer&) const = default;
+};
+
 /// One path the fence grants rights beneath (or on, for a device).
 struct FenceGrant {
   std::filesystem::path path; ///< canonical path as opened
@@ -228,12 +258,18 @@ struct FenceReport {
   bool syscall_filter = false;
   /// How the host's System V IPC and POSIX message queues are kept out of reach when
   /// `syscall_filter` is on: true when the command gets a new IPC namespace (the preparing host
-  /// holds CAP_SYS_ADMIN; a child that gave it up before entering the fence gets the calls
-  /// refused instead), false when the filter refuses the calls.
+  /// holds CAP_SYS_ADMIN, or the namespace layer applies; a child that gave CAP_SYS_ADMIN up
+  /// before entering a fence without the layer gets the calls refused instead), false when the
+  /// filter refuses the calls.
   bool ipc_namespace = false;
+  /// The `FenceOptions::isolation` the fence was prepared with; `off` for danger-full-access.
+  Isolation isolation = Isolation::off;
+  /// The rows of the namespace layer, each applied or not with the reason; empty with
+  /// `Isolation::off` and for danger-full-access.
+  std::vector<FenceLayer> layers{};
 
   /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
-  /// grants and notes; paths as JSON string literals.
+  /// grants, the namespace layer's rows and notes; paths as JSON string literals.
   [[nodiscard]] std::string describe() const {
     std::string text = std::string(to_string(status)) + " " + std::string(to_string(mode));
     if (abi > 0) {
@@ -270,6 +306,15 @@ struct FenceReport {
     }
     if (syscall_filter) {
       text += ipc_namespace ? "; syscall filter: on, own IPC namespace" : "; syscall filter: on, System V IPC refused";
+    }
+    if (!layers.empty()) {
+      text += "; namespace layer (" + std::string(to_string(isolation)) + "):";
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        text += (i == 0 ? " " : ", ") + layers[i].name;
+        if (!layers[i].applied) {
+          text += " NOT APPLIED (" + layers[i].reason + ")";
+        }
+      }
     }
     for (const std::string& note : notes) {
       text += "; " + note;
@@ -353,6 +398,11 @@ struct FenceOptions {
   /// Linux 6.7; prepare throws LandlockError on an older kernel). Off by default: the model
   /// text says nothing about the network.
   bool deny_tcp = false;
+  /// The namespace layer (docs/enforcement.md#the-namespace-layer) in read-only and
+  /// workspace-write: `best_effort` by default (applied where the kernel grants it, and
+  /// `FenceReport::layers` says exactly what is), `required` (prepare throws LandlockError when
+  /// a row cannot be had) or `off` (the base fence only).
+  Isolation isolation = Isolation::best_effort;
 };
 
 /// The outcome of `PreparedFence::apply`: `error` is 0 on success, otherwise the errno of
@@ -450,6 +500,7 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 #include <dsh/detail/fence_guards.hpp>
 #include <dsh/detail/fence_supervisor.hpp>
 #include <dsh/detail/landlock_kernel.hpp>
+#include <dsh/detail/namespace_layer.hpp>
 #include <dsh/detail/private_temporary.hpp>
 #include <dsh/detail/syscall_filter.hpp>
 #include <dsh/detail/temporary_areas.hpp>
@@ -459,8 +510,9 @@ namespace dsh {
 /// A Landlock ruleset built from a resolved policy, ready to be entered by a child process.
 ///
 /// Prepare it in the parent, before fork (it allocates, opens the granted paths and fills
-/// the ruleset); the child then calls the noexcept `apply()`, which issues only
-/// prctl(PR_SET_NO_NEW_PRIVS) and landlock_restrict_self(2). One fence can be applied by
+/// the ruleset); the child then calls the noexcept `apply()`, which issues only system calls
+/// (the namespace layer's, prctl(PR_SET_NO_NEW_PRIVS), landlock_restrict_self(2), the capability
+/// drop and the filter). One fence can be applied by
 /// any number of children. Move-only; owns the ruleset descriptor (close-on-exec).
 class PreparedFence {
 public:
@@ -479,6 +531,9 @@ public:
   /// sockets to the command's own processes where the kernel can (ABI 6), refuse TCP with
   /// `options.deny_tcp`, and prepare the system-call filter (with or without Landlock).
   /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
+  /// Read-only and workspace-write then get the namespace layer (`options.isolation`,
+  /// docs/enforcement.md#the-namespace-layer): probed now, its rows in `report().layers`, the
+  /// placeholders of missing protected paths made now.
   /// Returns the prepared fence; `report()` tells what it enforces.
   /// Throws LandlockError when Landlock or the system-call filter is unavailable and
   /// `options.allow_unfenced` is false (fail closed), when `options.deny_tcp` is set and the
@@ -487,9 +542,25 @@ public:
   /// temporary root runs through a directory another user can change (unless
   /// `options.allow_shared_directories`), when the private temporary directory cannot be made
   /// safely, when `options.terminal` is not a pseudo-terminal (each message names the path),
-  /// when the workspace root cannot be opened, or when a Landlock call fails.
+  /// when the workspace root cannot be opened, when a Landlock call fails,
+  /// when `options.isolation` is `required` and a row of the layer cannot be had (nothing runs),
+  /// or, with the layer, when the protected paths cannot be known or a placeholder cannot be made.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
-    return detail::prepare_fence(policy, options, detail::probe_landlock(), detail::HostEnvironment::current());
+    const detail::HostEnvironment environment = detail::HostEnvironment::current();
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    fence.add_namespace_layer(policy, options, environment,
+                              detail::protected_entries(policy.workspace_root, policy.protected_paths));
+    return fence;
+  }
+
+  /// `prepare(policy, options)` with the protected list `scan` instead of the policy's, for
+  /// tests of the layer's binds on hand-built entries.
+  [[nodiscard]] static PreparedFence prepare_with_protected(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                            const detail::ProtectedScan& scan) {
+    const detail::HostEnvironment environment = detail::HostEnvironment::current();
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    fence.add_namespace_layer(policy, options, environment, scan);
+    return fence;
   }
 
   /// Removes the private temporary directory `prepare(policy, options)` makes for the session
@@ -531,7 +602,11 @@ public:
 
   /// Enters the fence in the calling thread and, after exec, everything it starts.
   ///
-  /// In this order, as the trusted launchers order them: a new IPC namespace when
+  /// In this order, as the trusted launchers order them: the namespace layer when
+  /// `report().layers` applies it (docs/enforcement.md#the-namespace-layer: the user namespace,
+  /// then a new PID namespace, entered by forking once: the calling process then waits for its
+  /// child, which returns from here as PID 1 of the namespace, and exits as that child ends;
+  /// then the mount, IPC and UTS namespaces and the mounts), else a new IPC namespace when
   /// `report().ipc_namespace`; no_new_privs; the Landlock domain (`enforced`); the capability
   /// drop of `FENCE_DROPPED_CAPABILITIES` (read-only and workspace-write); the system-call
   /// filter, last (`report().syscall_filter`), so that nothing after it but exec is filtered.
@@ -540,7 +615,7 @@ public:
   /// nothing for an `unrestricted` fence. Returns the errno and the failing call when the
   /// kernel refused a step; the child must then not run the command (`FencedCommand` exits
   /// instead).
-  ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL); }
+  ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL, false); }
 
   /// `TMPDIR=` followed by `report().temporary_directory`, the variable a fenced command gets
   /// (see FencedCommand); nullptr when the fence has no temporary directory. Async-signal-safe:
@@ -564,10 +639,54 @@ private:
 
   friend class FencedCommand;
 
+  /// Adds the namespace layer to the prepared base fence (`detail::plan_namespace_layer`):
+  /// its rows in the report, the plan the children apply, the filter for a command in its own
+  /// IPC namespace, and TMPDIR=/tmp when /tmp is the private directory.
+  void add_namespace_layer(const ResolvedPolicy& policy, const FenceOptions& options,
+                           const detail::HostEnvironment& environment, const detail::ProtectedScan& scan) {
+    namespaces_ = detail::plan_namespace_layer(policy, options, environment, scan, report_);
+    if (!namespaces_.active) {
+      return;
+    }
+    if (report_.syscall_filter && filter_.empty()) {
+      filter_ = detail::build_syscall_filter(false, !options.terminal.empty());
+    }
+    if (namespaces_.temporary_areas && !namespaces_.temporary.empty()) {
+      tmpdir_assignment_ = "TMPDIR=" + namespaces_.temporary_targets.front();
+    }
+  }
+
+  /// The part of the layer a supervisor enters itself, before it starts the command with
+  /// vfork: the user namespace and a new PID namespace (the command is then its PID 1).
+  /// Returns the failed step, or error 0 (also when the layer does not apply).
+  ApplyResult enter_supervisor_namespaces() const noexcept {
+#if defined(__linux__)
+    if (!namespaces_.active) {
+      return {};
+    }
+    if (namespaces_.user_namespace) {
+      if (const ApplyResult entered = detail::enter_user_namespace(namespaces_); !entered.ok()) {
+        return entered;
+      }
+    }
+    if (::unshare(CLONE_NEWPID) != 0) {
+      return {errno, "unshare(CLONE_NEWPID)"};
+    }
+#endif
+    return {};
+  }
+
+  /// True when the layer applies and the caller holds a user namespace of its own afterwards,
+  /// with a full bounding set that the capability drop must lower.
+  [[nodiscard]] bool enters_user_namespace() const noexcept { return namespaces_.active && namespaces_.user_namespace; }
+
   /// `apply()`, asking to drop from the bounding and ambient sets only the capabilities of
   /// `bounding` and `ambient` (supersets of the process's own sets, as its /proc status lists
-  /// them; all ones when unknown).
-  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient) const noexcept {
+  /// them; all ones when unknown). `supervised`: the caller's supervisor already entered the
+  /// user and PID namespaces (`enter_supervisor_namespaces`); otherwise this call enters them,
+  /// forking once so that the calling process's child goes on as PID 1 of the new namespace
+  /// while the caller waits and passes on how it ended.
+  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient, bool supervised) const noexcept {
     if (report_.status == FenceStatus::unrestricted) {
       return {};
     }
@@ -575,7 +694,25 @@ private:
     // CAP_SYS_ADMIN its preparing host held gets that instead, never the host's objects.
     const std::vector<detail::SyscallFilterInstruction>* filter = &refusing_filter_;
 #if defined(__linux__)
-    if (report_.ipc_namespace) {
+    if (namespaces_.active) {
+      if (!supervised) {
+        if (namespaces_.user_namespace) {
+          if (const ApplyResult entered = detail::enter_user_namespace(namespaces_); !entered.ok()) {
+            return entered;
+          }
+        }
+        if (const ApplyResult entered = detail::enter_pid_namespace_by_fork(); !entered.ok()) {
+          return entered;
+        }
+      }
+      if (const ApplyResult mounted = detail::apply_mount_layer(namespaces_, true); !mounted.ok()) {
+        return mounted;
+      }
+      if (namespaces_.user_namespace) {
+        bounding = ~0ULL; // a new user namespace starts with a full bounding set
+      }
+      filter = &filter_;
+    } else if (report_.ipc_namespace) {
       if (::unshare(CLONE_NEWIPC) == 0) {
         filter = &filter_;
       } else if (errno != EPERM) {
@@ -614,7 +751,8 @@ private:
   detail::OwnedDirectory temporary_;                     // a fence without a session owns its temporary directory
   std::vector<detail::SyscallFilterInstruction> filter_; // for a command in its own IPC namespace
   std::vector<detail::SyscallFilterInstruction> refusing_filter_; // refusing System V IPC too
-  std::string tmpdir_assignment_; // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
+  std::string tmpdir_assignment_;    // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
+  detail::NamespacePlan namespaces_; // the namespace layer's steps; inactive when it does not apply
 };
 
 class FencedCommand;
@@ -769,8 +907,12 @@ private:
 ///   return. Why a subreaper: it works unprivileged and as root alike, adds one small
 ///   vfork to the call, and keeps pids and /proc as the command expects; a PID namespace needs
 ///   privilege (or a user namespace), a process group or session is left by setsid(2), and a
-///   cgroup needs a delegated hierarchy. Neither the host's signal dispositions nor its
-///   subreaper flag are touched: the supervisor is a process of its own.
+///   cgroup needs a delegated hierarchy. With the namespace layer (`report().layers`) the
+///   supervisor also enters a new PID namespace (in the user namespace it makes for an
+///   unprivileged host) before it starts the command, which is then PID 1 of it: when it ends
+///   the kernel ends everything left in the namespace, and the walk finds nothing. Neither the
+///   host's signal dispositions nor its subreaper flag are touched: the supervisor is a process
+///   of its own.
 /// * an environment: by default the host's as it was when this object was constructed, without
 ///   every variable whose name contains KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or
 ///   AUTH in any case (`removed_env_names` lists them; agent hosts keep model credentials
@@ -939,6 +1081,25 @@ public:
     plan.stdio = stdio_;
     plan.terminal = terminal_;
     detail::reset_signal_dispositions();
+#if defined(__linux__)
+    if (fence.namespaces_.active) {
+      // The session and its terminal are this process's; the command, forked into the new PID
+      // namespace as its PID 1, stays in them while this process waits and passes on its end.
+      if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
+        fail_in_child(error_pipe, failed);
+      }
+      if (fence.namespaces_.user_namespace) {
+        if (const ApplyResult entered = detail::enter_user_namespace(fence.namespaces_); !entered.ok()) {
+          fail_in_child(error_pipe, {entered.error, entered.step, detail::ChildStage::fence, -1});
+        }
+      }
+      if (const ApplyResult entered = detail::enter_pid_namespace_by_fork(); !entered.ok()) {
+        fail_in_child(error_pipe, {entered.error, entered.step, detail::ChildStage::fence, -1});
+      }
+      plan.supervised = true;
+      plan.keep_session = true;
+    }
+#endif
     fail_in_child(error_pipe, start_in_child(fence, plan));
   }
 
@@ -1062,7 +1223,9 @@ private:
   /// never in the host's.
   [[nodiscard]] detail::ChildStep start_in_child(const PreparedFence& fence,
                                                  const detail::StartPlan& plan) const noexcept {
-    if (const detail::ChildStep failed = detail::enter_own_session(plan.terminal); failed.error != 0) {
+    if (const detail::ChildStep failed =
+            plan.keep_session ? detail::ChildStep{} : detail::enter_own_session(plan.terminal);
+        failed.error != 0) {
       return failed;
     }
     if (!directory_.empty() && ::chdir(directory_.c_str()) != 0) {
@@ -1071,7 +1234,7 @@ private:
     if (const detail::ChildStep failed = detail::install_stdio(plan.stdio, plan.null_stdin); failed.error != 0) {
       return failed;
     }
-    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient); !applied.ok()) {
+    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient, plan.supervised); !applied.ok()) {
       return {applied.error, applied.step,
               applied.capabilities ? detail::ChildStage::capabilities : detail::ChildStage::fence, applied.capability};
     }
@@ -1158,6 +1321,16 @@ private:
     if (child_events < 0) {
       fail({errno, "signalfd", supervision, -1});
     }
+    // The user and PID namespaces are the supervisor's, so that the command it starts is PID 1
+    // of the new one and the kernel ends everything in it with the command.
+    if (const ApplyResult entered = fence.enter_supervisor_namespaces(); !entered.ok()) {
+      fail({entered.error, entered.step, detail::ChildStage::fence, -1});
+    }
+    if (fence.enters_user_namespace()) {
+      plan.bounding = ~0ULL;
+      plan.ambient = 0;
+    }
+    plan.supervised = true;
     const long long deadline = limit_ms_ > 0 ? detail::monotonic_ms() + limit_ms_ : 0;
     ::pid_t command = -1;
     if (const detail::ChildStep failed = start_command(fence, plan, command); failed.error != 0) {

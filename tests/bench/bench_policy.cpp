@@ -992,25 +992,49 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   dsh::FenceOptions options;
   options.session_log = log_path;
   options.session_cwd = workspace;
+  options.isolation = dsh::Isolation::off; // the base fence's row
+  // The row with the namespace layer applied: it replaces /tmp, so that call's workspace and
+  // session live outside it, in the working directory.
+  std::string layer_pattern = (std::filesystem::current_path() / "bench-fence-layer-XXXXXX").string();
+  require(::mkdtemp(layer_pattern.data()) != nullptr, "fence: mkdtemp in the working directory failed");
+  const std::filesystem::path layer_root = layer_pattern;
+  const std::filesystem::path layer_workspace = layer_root / "fence-workspace";
+  std::filesystem::create_directories(layer_workspace);
+  const std::filesystem::path layer_log_path = layer_root / "fence-session.jsonl";
+  static_cast<void>(
+      dsh::SessionLog::create(layer_log_path, dsh::SessionHeader{"fence-layer", layer_workspace.string(), 0}));
+  const dsh::SessionLog layer_log = dsh::SessionLog::open(layer_log_path);
+  dsh::FenceOptions layered = options;
+  layered.session_log = layer_log_path;
+  layered.session_cwd = layer_workspace;
+  layered.isolation = dsh::Isolation::required;
   const int runs = settings.smoke ? 1 : std::max(21, settings.runs);
 
   std::string dash_c = "-c";
   std::string command = "true";
   std::string bash_path = *bash;
   const std::vector<char*> plain_argv{bash_path.data(), dash_c.data(), command.data(), nullptr};
-  const auto fenced = [&] {
-    const dsh::ResolvedPolicy policy = owner.resolve(log);
-    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, options);
+  const auto fenced_with = [&](const dsh::SessionLog& session, const dsh::FenceOptions& fence_options) {
+    const dsh::ResolvedPolicy policy = owner.resolve(session);
+    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, fence_options);
     dsh::FencedCommand fenced_command({"bash", "-c", "true"});
     fenced_command.in_directory(policy.workspace_root);
     return policy.mode == dsh::SandboxMode::workspace_write && fenced_command.run(prepared) == 0;
   };
-  const std::vector<double> medians =
-      alternate(runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain_argv) == 0; }},
-                       {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain_argv) == 0; }},
-                       {"fence: the fenced call", fenced}});
-  const std::string figure = "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write";
+  const std::vector<double> medians = alternate(
+      runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain_argv) == 0; }},
+             {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain_argv) == 0; }},
+             {"fence: the fenced call", [&] { return fenced_with(log, options); }},
+             {"fence: the fenced call with the namespace layer", [&] { return fenced_with(layer_log, layered); }}});
+  const std::string figure =
+      "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write, isolation off";
   table.ratio("Fence", figure, medians[2] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.3);
+  table.ratio("Fence",
+              "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write, the namespace "
+              "layer applied",
+              medians[3] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.5);
+  std::error_code ignored;
+  std::filesystem::remove_all(layer_root, ignored);
   table.ratio("Fence", figure, medians[2] * 1e9, "posix_spawn + waitpid of bash -c true (vfork-like: stricter)",
               medians[1] * 1e9, std::nullopt);
 

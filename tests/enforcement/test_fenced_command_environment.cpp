@@ -307,7 +307,7 @@ TEST_CASE("a fence's TMPDIR assignment is its report's temporary directory, or n
   for (const SandboxMode mode :
        {SandboxMode::read_only, SandboxMode::workspace_write, SandboxMode::danger_full_access}) {
     INFO(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     if (fence.report().temporary_directory.empty()) {
       CHECK(fence.temporary_directory_assignment() == nullptr); // today: no fence makes one
     } else {
@@ -322,7 +322,7 @@ TEST_CASE("a fenced command gets the host's environment without the credentials"
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const HostEnvironment host(host_entries);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   CHECK(fenced_env(fence) == under(fence, ordinary));
   for (const std::string& name : credential_names) {
     INFO(name);
@@ -333,7 +333,7 @@ TEST_CASE("a fenced command gets the host's environment without the credentials"
   CHECK(FencedCommand({"env"}).removed_env_names() == credential_names);
 
   // danger-full-access applies no fence, and still withholds them.
-  const PreparedFence none = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+  const PreparedFence none = dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access));
   CHECK(fenced_env(none) == under(none, ordinary));
   CHECK(fenced_value(none, "MY_API_KEY") == "unset");
 }
@@ -342,7 +342,7 @@ TEST_CASE("a fenced command gets exactly what keep_env, set_env, unset_env, clea
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const HostEnvironment host(host_entries);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
 
   CHECK(fenced_value(fence, "MY_API_KEY", [](FencedCommand& c) { c.keep_env("MY_API_KEY"); }) == "sk-test");
   CHECK(fenced_value(fence, "GITHUB_TOKEN", [](FencedCommand& c) { c.keep_env("MY_API_KEY"); }) == "unset");
@@ -371,7 +371,7 @@ TEST_CASE("a fenced command gets exactly what keep_env, set_env, unset_env, clea
 TEST_CASE("the environment is read when the command is made, and travels with a moved command") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   std::optional<HostEnvironment> host(std::in_place, host_entries);
   FencedCommand made({"env", "-0"});
   made.set_env("A_LONGER_VALUE", std::string(200, 'v')).set_env("S", "short");
@@ -393,7 +393,7 @@ TEST_CASE("exec_in_child passes the same environment") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const HostEnvironment host(host_entries);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   std::array<int, 2> ends{-1, -1};
   REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
   dsh::UniqueFd reader{ends[0]};
@@ -433,7 +433,7 @@ TEST_CASE("TMPDIR is the fence's temporary directory when it has one, unless the
   const HostEnvironment host(host_with_tmpdir);
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     INFO(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     const std::string value = fenced_value(fence, "TMPDIR");
     if (fence.report().temporary_directory.empty()) {
       CHECK(value == lab.tmp_area().string()); // today: the host's TMPDIR

@@ -39,7 +39,7 @@ struct EscapeLab {
   Lab lab;
   std::filesystem::path secret = lab.outside() / "secret.txt";
   std::filesystem::path mine = lab.workspace() / "mine.txt";
-  PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
 
   EscapeLab() { reset(); }
 

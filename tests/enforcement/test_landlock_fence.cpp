@@ -117,7 +117,7 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                               dsh::landlock_rights_to_string(device_rights) + ")";
 
   SECTION("read-only grants only the null devices") {
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
     const dsh::FenceReport& report = fence.report();
     CHECK(report.status == FenceStatus::enforced);
     CHECK(report.mode == SandboxMode::read_only);
@@ -212,7 +212,7 @@ TEST_CASE("the report says what the fence enforces in each mode") {
           expected_text + "; temporary directory: " + dsh::json_string_literal(own.native()) + filter + expected_notes);
   }
   SECTION("danger-full-access applies nothing") {
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access));
     CHECK(fence.report().status == FenceStatus::unrestricted);
     CHECK(fence.report().handled == 0);
     CHECK(fence.report().grants.empty());
@@ -249,7 +249,7 @@ TEST_CASE("each mode writes exactly where its model text says") {
     DYNAMIC_SECTION(dsh::to_string(row.mode)) {
       const dsh::ResolvedPolicy policy = lab.policy(row.mode);
       REQUIRE(dsh::render_policy_context(policy, dsh::FamilySet{dsh::Family::bash}, dsh::FamilySet{}) == row.text);
-      const PreparedFence fence = PreparedFence::prepare(policy);
+      const PreparedFence fence = dsh::test::prepare_base(policy);
       // The temporary area is writable where the report grants it (see test_landlock_redteam_policy
       // for when it does not); read-only never grants it, danger-full-access always allows it.
       if (row.mode == SandboxMode::read_only) {
@@ -278,7 +278,7 @@ TEST_CASE("a denied write is EACCES from Landlock and leaves the file exactly as
   dsh::test::write_file(target, "original");
   ::chmod(target.c_str(), 0666); // file permissions allow the write: any refusal is the fence's
   const auto overwrite = [&target] { return errno_of(::open(target.c_str(), O_WRONLY | O_TRUNC)); };
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   CHECK(fenced(fence, overwrite) == EACCES);
   CHECK(read_file(target) == "original");
   CHECK(dsh::test::unfenced(overwrite) == 0); // the same call unfenced
@@ -289,7 +289,7 @@ TEST_CASE("read-only refuses writes inside the workspace, and 2>/dev/null still 
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   dsh::test::write_file(lab.workspace() / "notes.txt", "keep");
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const dsh::test::Captured run = bash(fence,
                                        "ls /nonexistent-dsh-path 2>/dev/null; echo \"ls=$?\"\n"
                                        "echo quiet > /dev/null; echo \"null=$?\"\n"
@@ -316,7 +316,7 @@ TEST_CASE("reading and executing are never restricted") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   dsh::test::write_file(lab.outside() / "data.txt", "outside data");
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const dsh::test::Captured run = bash(fence,
                                        "cat " + (lab.outside() / "data.txt").string() + "; echo; ls " +
                                            lab.outside().string() + "; /bin/true && echo exec-ok",
@@ -341,17 +341,17 @@ TEST_CASE("an approved wider mode widens exactly the call it was approved for") 
   REQUIRE(approved.mode == SandboxMode::workspace_write);
   REQUIRE(approved.mode_source == dsh::ModeSource::approved);
   REQUIRE(approved.workspace_root == lab.workspace());
-  CHECK(bash_creates(PreparedFence::prepare(approved), lab, inside) == 0);
-  CHECK(bash_creates(PreparedFence::prepare(approved), lab, outside) == 1);
+  CHECK(bash_creates(dsh::test::prepare_base(approved), lab, inside) == 0);
+  CHECK(bash_creates(dsh::test::prepare_base(approved), lab, outside) == 1);
 
   const dsh::ResolvedPolicy next = owner.resolve(session);
   REQUIRE(next.mode == SandboxMode::read_only);
-  CHECK(bash_creates(PreparedFence::prepare(next), lab, lab.workspace() / "next.txt") == 1);
+  CHECK(bash_creates(dsh::test::prepare_base(next), lab, lab.workspace() / "next.txt") == 1);
   CHECK_FALSE(dsh::test::exists_nofollow(lab.workspace() / "next.txt"));
 
   const dsh::ResolvedPolicy wide = owner.resolve(session, SandboxMode::danger_full_access);
-  CHECK(bash_creates(PreparedFence::prepare(wide), lab, outside) == 0);
-  CHECK(bash_creates(PreparedFence::prepare(owner.resolve(session)), lab, lab.outside() / "after.txt") == 1);
+  CHECK(bash_creates(dsh::test::prepare_base(wide), lab, outside) == 0);
+  CHECK(bash_creates(dsh::test::prepare_base(owner.resolve(session)), lab, lab.outside() / "after.txt") == 1);
   CHECK(session.events().empty()); // approving never switches the session
 }
 
@@ -471,7 +471,7 @@ TEST_CASE("a workspace root that cannot be opened is an error, not a narrower fe
   dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
   policy.workspace_root = lab.base() / "gone";
   try {
-    (void)PreparedFence::prepare(policy);
+    (void)dsh::test::prepare_base(policy);
     FAIL("prepare did not throw");
   } catch (const dsh::LandlockError& error) {
     CHECK(std::string(error.what()) == "Landlock fence for workspace-write: cannot open the workspace root " +
@@ -483,7 +483,7 @@ TEST_CASE("a workspace root that cannot be opened is an error, not a narrower fe
 TEST_CASE("FencedCommand refuses to run a command it could not fence") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const PreparedFence taken = std::move(fence);
   const dsh::FencedCommand command({"bash", "-c", "touch " + (lab.outside() / "ran.txt").string() + " 2>/dev/null"});
   try {
@@ -501,7 +501,7 @@ TEST_CASE("FencedCommand refuses to run a command it could not fence") {
 TEST_CASE("FencedCommand resolves the program before fork and reports exec failures") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   CHECK_THROWS_AS(dsh::FencedCommand(std::vector<std::string>{}), dsh::ConfigError);
   const dsh::FencedCommand missing({"dsh-no-such-program-anywhere"});
   CHECK(missing.program() == "dsh-no-such-program-anywhere");
@@ -522,7 +522,7 @@ TEST_CASE("only descriptors 0, 1 and 2 reach the fenced command") {
   const std::filesystem::path target = lab.outside() / "leaked.txt";
   const dsh::UniqueFd leaked{::open(target.c_str(), O_WRONLY | O_CREAT, 0600)}; // no O_CLOEXEC
   REQUIRE(leaked);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const dsh::test::Captured run =
       bash(fence, "echo leak >&" + std::to_string(leaked.get()) + "; echo \"rc=$?\"", lab.workspace(), lab.base());
   CHECK(run.out == "rc=1\n");

@@ -93,7 +93,7 @@ TEST_CASE("permits_write agrees with the Landlock fence on a table of paths") {
 
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     const dsh::ResolvedPolicy policy = lab.policy(mode);
-    const PreparedFence fence = PreparedFence::prepare(policy);
+    const PreparedFence fence = dsh::test::prepare_base(policy);
     for (const Row& row : rows) {
       CAPTURE(dsh::to_string(mode), row.label, row.path.string());
       const bool expected = mode == SandboxMode::workspace_write && row.writable;
@@ -111,7 +111,7 @@ TEST_CASE("permits_write is stricter than the fence on the platform temporary ar
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
-  const PreparedFence fence = PreparedFence::prepare(policy);
+  const PreparedFence fence = dsh::test::prepare_base(policy);
   const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(fence.report(), lab.workspace());
   const std::filesystem::path in_tmp = scratch / "scratch.txt";
   // The model text says "Some platform temporary areas may also be writable": the bash and
@@ -124,7 +124,7 @@ TEST_CASE("danger-full-access: both backends allow everything") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::danger_full_access);
-  const PreparedFence fence = PreparedFence::prepare(policy);
+  const PreparedFence fence = dsh::test::prepare_base(policy);
   for (const std::filesystem::path& path :
        {lab.workspace() / "a.txt", lab.outside() / "b.txt", lab.sibling() / "c.txt", lab.base()}) {
     CAPTURE(path.string());

@@ -445,7 +445,7 @@ TEST_CASE("neighbours: mktemp works in the private directory beside a session lo
     options.protected_paths = {config};
     std::string text;
     {
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write), options);
       const std::filesystem::path directory = fence.report().temporary_directory;
       text += "temporary " + directory.native() + "\n";
       text += "mode " + mode_of(directory) + " owner " + std::to_string(owner_of(directory)) + "\n";
@@ -792,7 +792,7 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
         ::setenv("XDG_RUNTIME_DIR", xdg, 1);
       }
       const std::filesystem::path made =
-          PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options).report().temporary_directory;
+          dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write), options).report().temporary_directory;
       text += made.native() + " " + mode_of(made.parent_path()) + " " + mode_of(made) + " " +
               std::to_string(owner_of(made.parent_path())) + " " + std::to_string(owner_of(made));
       const bool removed = PreparedFence::remove_temporary_directory(options);
@@ -801,7 +801,7 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
     ::unsetenv("XDG_RUNTIME_DIR");
     std::filesystem::path call;
     {
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
       call = fence.report().temporary_directory;
       text += call.parent_path().native() + " " + std::to_string(exists_nofollow(call)) + "\n";
     }

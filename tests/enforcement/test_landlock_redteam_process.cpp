@@ -290,7 +290,7 @@ TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a
   const Lab lab;
   for (const SandboxMode mode : all_modes) {
     CAPTURE(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     FencedCommand command({"bash", "-c",
                            "readlink /proc/self/fd/0; readlink /proc/self/fd/1 | cut -c1-5; "
                            "readlink /proc/self/fd/2 >&2; cat; "
@@ -349,7 +349,7 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
 
   for (const SandboxMode mode : all_modes) {
     CAPTURE(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     FencedCommand command = hostile_command("tiocsti", tty_path);
     command.redirect(STDIN_FILENO, slave); // the host's choice: it hands over the user's terminal
     const Call call = run_captured(command, fence);
@@ -370,7 +370,7 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
   const std::string seen = as_host(true, [&] {
     std::string text;
     for (const SandboxMode mode : all_modes) {
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       FencedCommand command = hostile_command("tiocsti", tty_path);
       command.redirect(STDIN_FILENO, slave);
       Call call = run_captured(command, fence);
@@ -401,7 +401,7 @@ TEST_CASE("redteam: the host's stdout redirected to a file cannot be truncated, 
         REQUIRE(::chown(out_path.c_str(), 65534, 65534) == 0);
         REQUIRE(::chown(err_path.c_str(), 65534, 65534) == 0);
       }
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       const std::string host = as_host(unprivileged, [&] {
         // The host's own stdout and stderr are the two files, as after `host > out 2> err`.
         const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND)};
@@ -433,7 +433,7 @@ TEST_CASE("redteam: redirect hands over the host's descriptor, as documented") {
   write_file(out_path, "host output\n");
   const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC)};
   REQUIRE(out);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   FencedCommand command({"bash", "-c", "echo appended"});
   command.redirect(STDOUT_FILENO, out.get());
   CHECK(command.run(fence) == 0);
@@ -453,7 +453,7 @@ TEST_CASE("redteam: a terminal the host chooses becomes the command's controllin
   dsh::UniqueFd child_side{slave};
   std::array<char, 64> name{};
   REQUIRE(::ptsname_r(master, name.data(), name.size()) == 0);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   FencedCommand command({"bash", "--norc", "--noprofile", "-c", "tty; stty size; read line; echo \"got=$line\""});
   command.controlling_terminal(child_side.get()).in_directory(lab.workspace());
   FencedChild child = command.spawn(fence);
@@ -499,19 +499,19 @@ TEST_CASE("redteam: root gives up the dropped capabilities in the fenced modes")
     for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
       CAPTURE(dsh::to_string(mode));
       FencedCommand command = hostile_command("caps");
-      const Call call = run_captured(command, PreparedFence::prepare(lab.policy(mode)));
+      const Call call = run_captured(command, dsh::test::prepare_base(lab.policy(mode)));
       CHECK(call.out == "held=0 bounding=0 ambient=0\n");
     }
     FencedCommand command = hostile_command("caps");
     CHECK(run_captured(command, caps_only).out == "held=0 bounding=0 ambient=0\n");
     FencedCommand full = hostile_command("caps");
-    const Call unrestricted = run_captured(full, PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access)));
+    const Call unrestricted = run_captured(full, dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access)));
     CHECK(unrestricted.out.rfind("held=0 ", 0) != 0); // danger-full-access keeps root's capabilities
   }
 
   SECTION("mknod of a character and a block device") {
     FencedCommand control = hostile_command("mknod", lab.workspace().string());
-    CHECK(run_captured(control, PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access))).out ==
+    CHECK(run_captured(control, dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access))).out ==
           "char=0 block=0\n"); // possible at all: danger-full-access keeps CAP_MKNOD
     CHECK(exists_nofollow(lab.workspace() / "char"));
     std::filesystem::remove(lab.workspace() / "char");
@@ -522,7 +522,7 @@ TEST_CASE("redteam: root gives up the dropped capabilities in the fenced modes")
     for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
       CAPTURE(dsh::to_string(mode));
       FencedCommand command = hostile_command("mknod", lab.workspace().string());
-      const std::string out = run_captured(command, PreparedFence::prepare(lab.policy(mode))).out;
+      const std::string out = run_captured(command, dsh::test::prepare_base(lab.policy(mode))).out;
       if (mode == SandboxMode::read_only) {
         CHECK(out == "char=" + n(EACCES) + " block=" + n(EACCES) + "\n"); // Landlock answers first
       } else {
@@ -543,7 +543,7 @@ TEST_CASE("redteam: root gives up the dropped capabilities in the fenced modes")
     for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
       CAPTURE(dsh::to_string(mode));
       FencedCommand command = hostile_command("ptrace", host);
-      CHECK(run_captured(command, PreparedFence::prepare(lab.policy(mode))).out == "seize=" + n(EPERM) + "\n");
+      CHECK(run_captured(command, dsh::test::prepare_base(lab.policy(mode))).out == "seize=" + n(EPERM) + "\n");
     }
   }
 }
@@ -574,7 +574,7 @@ TEST_CASE("redteam: root with ambient capabilities and a smaller bounding set gi
       return std::string("setting up the host's capabilities failed");
     }
     FencedCommand command = hostile_command("caps");
-    const Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+    const Call call = run_captured(command, dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write)));
     const bool host_kept =
         ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, static_cast<unsigned long>(net_admin), 0UL, 0UL) == 1;
     return std::to_string(call.status) + " " + call.out + "host ambient net_admin=" + std::to_string(host_kept);
@@ -605,7 +605,7 @@ TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatev
       }
       ::sigprocmask(SIG_BLOCK, &blocked, nullptr);
       FencedCommand command = hostile_command("signals");
-      const Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+      const Call call = run_captured(command, dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write)));
       return std::to_string(call.status) + " " + call.out;
     });
     CHECK(seen == "0 SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
@@ -624,7 +624,7 @@ TEST_CASE("a host whose SIGCHLD keeps its default action with SA_NOCLDWAIT still
       return std::string("sigaction failed");
     }
     FencedCommand command({"sh", "-c", "exit 3"});
-    return std::to_string(command.run(PreparedFence::prepare(lab.policy(SandboxMode::workspace_write))));
+    return std::to_string(command.run(dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write))));
   });
   CHECK(seen == "3");
 }
@@ -648,7 +648,7 @@ TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bou
   open_lab_to_nobody(lab);
   const std::string seen = as_host(true, [&] {
     FencedCommand command = hostile_command("caps");
-    Call call = run_captured(command, PreparedFence::prepare(lab.policy(SandboxMode::workspace_write)));
+    Call call = run_captured(command, dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write)));
     return std::to_string(call.status) + " " + call.out;
   });
   // no_new_privs keeps exec from gaining what the bounding set still lists.
@@ -674,7 +674,7 @@ TEST_CASE("redteam: a detached double-forked writer dies with the call") {
       // Where this mode may write: the workspace, or anywhere.
       const std::filesystem::path target =
           (mode == SandboxMode::danger_full_access ? lab.outside() : lab.workspace()) / "late.txt";
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       if (mode != SandboxMode::read_only) { // control: the write itself is allowed in the call
         const std::string now = as_host(unprivileged, [&] {
           FencedCommand command({"sh", "-c", "echo now > '" + target.string() + "'"});
@@ -712,7 +712,7 @@ TEST_CASE("redteam: a background child holding stderr does not hold the host") {
     }
     for (const SandboxMode mode : all_modes) {
       CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       const std::string out = as_host(unprivileged, [&] {
         FencedCommand command({"bash", "-c", "sleep 1000 & echo $!"}); // the sleep keeps stdout and stderr
         Call call = run_captured(command, fence);
@@ -739,7 +739,7 @@ TEST_CASE("redteam: a leftover process holding a flock releases it when the call
     }
     for (const SandboxMode mode : all_modes) {
       CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       const std::string out = as_host(unprivileged, [&] {
         // flock needs only a descriptor open for reading, which every fence allows. The holder
         // detaches and reports its pid once it has the lock.
@@ -770,7 +770,7 @@ TEST_CASE("redteam: the time limit ends the call and everything it started") {
     }
     for (const SandboxMode mode : all_modes) {
       CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
       const std::string out = as_host(unprivileged, [&] {
         FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; sleep 1000"});
         std::string printed;
@@ -797,7 +797,7 @@ TEST_CASE("redteam: the time limit ends the call and everything it started") {
 TEST_CASE("redteam: terminate() and destroying an unwaited call end everything") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   const std::string out = as_host(false, [&] {
     FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; exec sleep 1000"});
     std::string printed;
@@ -820,7 +820,7 @@ TEST_CASE("redteam: a command that kills its supervisor does not leave the host 
   const Lab lab;
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     CAPTURE(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     const std::string out = as_host(false, [&] {
       FencedCommand command({"bash", "-c", "kill -9 $PPID 2>/dev/null || echo refused"});
       std::string printed;

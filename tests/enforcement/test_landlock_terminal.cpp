@@ -6,6 +6,7 @@
 #include <dsh/sandbox_policy.hpp>
 
 #include <array>
+#include <csignal>
 #include <string>
 
 #include <fcntl.h>
@@ -64,7 +65,7 @@ bool shows(const std::string& screen, const std::string& text) { return screen.f
 TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   const std::string outside = (lab.outside() / "out.txt").string();
   const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(fence.report(), lab.workspace());
   const std::string tmp = (scratch / "t.txt").string();
@@ -95,7 +96,7 @@ TEST_CASE("an interactive terminal session obeys the read-only fence") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   dsh::test::write_file(lab.workspace() / "notes.txt", "keep\n");
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   const auto [screen, status] = terminal_session(fence, lab.workspace(),
                                                  "cat notes.txt\n"
                                                  "echo changed >> notes.txt; echo \"append=$?\"\n"
@@ -113,4 +114,28 @@ TEST_CASE("an interactive terminal session obeys the read-only fence") {
   CHECK(shows(screen, "bash: /dev/tty: Permission denied"));
   CHECK(shows(screen, "devtty=1"));
   CHECK(read_file(lab.workspace() / "notes.txt") == "keep\n");
+}
+
+TEST_CASE("a terminal session under the namespace layer: PID 1 of its own namespace, its end passed on") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  dsh::FenceOptions options;
+  options.isolation = dsh::Isolation::required;
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+  const auto [screen, status] = terminal_session(fence, lab.workspace(),
+                                                 "set -- /proc/[0-9]*; echo \"pids=$*\"\n"
+                                                 "echo typed > /tmp/t.txt; echo \"tmp=$?\"\n"
+                                                 "stty size\n"
+                                                 "exit 3\n");
+  CAPTURE(screen);
+  CHECK(status == 3); // exec_in_child's process passes on how the command ended
+  CHECK(shows(screen, "pids=/proc/1\r\n"));
+  CHECK(shows(screen, "tmp=0"));
+  CHECK(shows(screen, "24 200")); // terminal ioctls on the inherited terminal work
+  CHECK(read_file(fence.report().temporary_directory / "t.txt") == "typed\n");
+  // A signal sent from inside does not end PID 1 of a namespace; a fault does (perl reads address 8).
+  const auto [crashed_screen, crashed] =
+      terminal_session(fence, lab.workspace(), "exec perl -e 'my $x = unpack(\"p\", pack(\"J\", 8))'\n");
+  CAPTURE(crashed_screen);
+  CHECK(crashed == 128 + SIGSEGV); // and the signal that ended it
 }

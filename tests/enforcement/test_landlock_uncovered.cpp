@@ -45,7 +45,7 @@ TEST_CASE("not covered: metadata of an outside file (chmod, chown, utimes, xattr
   ::chmod(secret.c_str(), 0644);
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     CAPTURE(dsh::to_string(mode));
-    const PreparedFence fence = PreparedFence::prepare(lab.policy(mode));
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     not_covered(fence, 0, [&] { return errno_of(::chmod(secret.c_str(), 0600)); });
     not_covered(fence, 0, [&] { return errno_of(::chown(secret.c_str(), ::getuid(), ::getgid())); });
     not_covered(fence, 0, [&] {
@@ -71,7 +71,7 @@ TEST_CASE("not covered: a descriptor opened before the fence keeps its access") 
   write_file(secret, "outside");
   const dsh::UniqueFd writer{::open(secret.c_str(), O_WRONLY | O_APPEND)};
   REQUIRE(writer);
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
   not_covered(fence, 0, [&] { return ::write(writer.get(), "!", 1) == 1 ? 0 : errno; });
   CHECK(read_file(secret) == "outside!!");
   // FencedCommand passes only 0, 1 and 2 on to the command for exactly this reason (see
@@ -86,7 +86,7 @@ TEST_CASE("not covered: a hard link that already existed inside the workspace") 
   const std::filesystem::path link = lab.workspace() / "old-link";
   REQUIRE(::link(secret.c_str(), link.c_str()) == 0); // made before the fence, by someone else
   const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
-  const PreparedFence fence = PreparedFence::prepare(policy);
+  const PreparedFence fence = dsh::test::prepare_base(policy);
   CHECK(fenced(fence, [&] {
           const int fd = ::open(link.c_str(), O_WRONLY | O_APPEND);
           const bool written = fd >= 0 && ::write(fd, "+", 1) == 1;

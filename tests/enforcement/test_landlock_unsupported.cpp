@@ -31,7 +31,7 @@ TEST_CASE("unsupported: the ABI is 0 and a fence fails closed") {
   CHECK(dsh::landlock_abi() == 0);
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     try {
-      (void)PreparedFence::prepare(lab.policy(mode));
+      (void)dsh::test::prepare_base(lab.policy(mode));
       FAIL("prepare did not throw");
     } catch (const dsh::LandlockError& error) {
       CHECK(std::string(error.what()) == "Landlock fence for " + std::string(dsh::to_string(mode)) + ": " + reason +
@@ -43,7 +43,7 @@ TEST_CASE("unsupported: the ABI is 0 and a fence fails closed") {
 
 TEST_CASE("unsupported: running unfenced must be asked for, and then says so") {
   const dsh::test::Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), {.allow_unfenced = true});
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only), {.allow_unfenced = true});
   CHECK(fence.report().status == dsh::FenceStatus::unfenced);
   // The system-call filter does not need Landlock: it holds in an unfenced call too.
   const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
@@ -58,7 +58,7 @@ TEST_CASE("unsupported: running unfenced must be asked for, and then says so") {
 
 TEST_CASE("unsupported: danger-full-access needs no fence at all") {
   const dsh::test::Lab lab;
-  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+  const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access));
   CHECK(fence.report().status == dsh::FenceStatus::unrestricted);
   CHECK(fence.report().describe() == "unrestricted danger-full-access");
 }

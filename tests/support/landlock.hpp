@@ -57,6 +57,14 @@ inline std::string landlock_unavailable() {
   return probe.abi > 0 ? std::string() : detail::landlock_unavailable_reason(probe.error);
 }
 
+/// `PreparedFence::prepare(policy, options)` with the namespace layer off: the base fence alone,
+/// which the Landlock, filter and supervisor suites check (each refusal as Landlock or the filter
+/// gives it); tests/enforcement/test_namespace_layer.cpp checks the layer.
+[[nodiscard]] inline PreparedFence prepare_base(const ResolvedPolicy& policy, FenceOptions options = {}) {
+  options.isolation = Isolation::off;
+  return PreparedFence::prepare(policy, options);
+}
+
 /// The errno of a failed call (`result` < 0), or 0 when it succeeded.
 [[nodiscard]] inline int errno_of(long result) noexcept { return result < 0 ? errno : 0; }
 

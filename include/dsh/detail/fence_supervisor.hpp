@@ -93,6 +93,12 @@ struct StartPlan {
   bool null_stdin = false;
   std::uint64_t bounding = ~0ULL;
   std::uint64_t ambient = ~0ULL;
+  /// The user and PID namespaces of the namespace layer are entered already (by the supervisor,
+  /// or by `exec_in_child` before it forked the command).
+  bool supervised = false;
+  /// Stay in the caller's session: the command is the child `exec_in_child` forked into the new
+  /// PID namespace, and the session (with its controlling terminal) is its parent's.
+  bool keep_session = false;
 };
 
 } // namespace dsh::detail

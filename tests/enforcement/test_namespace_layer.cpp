@@ -1,0 +1,537 @@
+// The fence's namespace layer (docs/enforcement.md#the-namespace-layer), as root and as an
+// unprivileged host (uid 65534, in a forked host process): the report in each mode, and from
+// inside a fenced bash: its own processes only, /tmp as the private directory, a read-only view
+// outside the grants, the session log out of view, protected entries that stay byte for byte
+// while git still commits, and, with user namespaces refused by a seccomp filter as container
+// runtimes refuse them, best-effort falling back to the base fence and required running nothing.
+#include "support/catch.hpp"
+#include "support/landlock.hpp"
+#include "support/session_log.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using dsh::FenceOptions;
+using dsh::Isolation;
+using dsh::json_string_literal;
+using dsh::LandlockError;
+using dsh::PreparedFence;
+using dsh::SandboxMode;
+using dsh::detail::ProtectedEntry;
+using dsh::detail::ProtectedKind;
+using dsh::detail::ProtectedScan;
+using dsh::test::Lab;
+using dsh::test::read_file;
+using dsh::test::write_file;
+
+namespace {
+
+constexpr ::uid_t nobody = 65534;
+
+/// Fails unshare(2) and clone(2) with CLONE_NEWUSER with EPERM, and clone3(2) (whose flags a
+/// filter cannot read) with ENOSYS, as container runtimes' default profiles do; everything else
+/// is allowed. Installed in a test's host process only. Returns false when it cannot be.
+bool refuse_user_namespaces() {
+#if defined(__x86_64__)
+  constexpr unsigned allow = SECCOMP_RET_ALLOW;
+  constexpr unsigned eperm = SECCOMP_RET_ERRNO | EPERM;
+  constexpr unsigned enosys = SECCOMP_RET_ERRNO | ENOSYS;
+  std::array<sock_filter, 12> program{{
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, allow),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, enosys),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 1, 0),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 2),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, allow),
+      BPF_STMT(BPF_RET | BPF_K, eperm),
+  }};
+  sock_fprog fprog{static_cast<unsigned short>(program.size()), program.data()};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) == 0 &&
+         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0U, &fprog) == 0;
+#else
+  return false;
+#endif
+}
+
+/// How a test's host process runs.
+struct Host {
+  bool unprivileged = false;       ///< as uid and gid 65534
+  bool refused_namespaces = false; ///< with user namespaces refused (`refuse_user_namespaces`)
+};
+
+/// Runs `body` in a forked host process as `host` says, guarded by an alarm; returns the text
+/// `body` returned, or what it threw, or how the host ended. `body` must not use Catch2.
+std::string as_host(Host host, const std::function<std::string()>& body) {
+  std::array<int, 2> ends{-1, -1};
+  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
+  const dsh::UniqueFd reader{ends[0]};
+  dsh::UniqueFd writer{ends[1]};
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::alarm(120);
+    // Dumpable, as an ordinary login process is (its /proc/self files are then its own).
+    if (host.unprivileged && (::setgroups(0, nullptr) != 0 || ::setgid(nobody) != 0 || ::setuid(nobody) != 0 ||
+                              ::prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0)) {
+      ::_exit(251);
+    }
+    if (host.refused_namespaces && !refuse_user_namespaces()) {
+      ::_exit(252);
+    }
+    std::string text;
+    try {
+      text = body();
+    } catch (const std::exception& error) {
+      text += std::string("exception: ") + error.what();
+    }
+    (void)dsh::detail::write_all(writer.get(), text.data(), text.size());
+    ::_exit(0);
+  }
+  writer.reset();
+  std::string text;
+  std::array<char, 4096> buffer{};
+  for (;;) {
+    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got <= 0) {
+      break;
+    }
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  const int status = dsh::FencedCommand::wait_for(pid);
+  return status == 0 ? text : text + "<host ended with status " + std::to_string(status) + ">";
+}
+
+/// The laboratory of one test, open to uid 65534 when the host is unprivileged: the workspace,
+/// `outside` (with a target file), the session's state directory with its log, and the
+/// temporary root, all owned by the host's uid.
+struct Setup {
+  explicit Setup(bool unprivileged) {
+    const ::uid_t uid = unprivileged ? nobody : ::geteuid();
+    REQUIRE(::chmod(lab.base().c_str(), 0755) == 0);
+    state = lab.base() / "state";
+    std::filesystem::create_directory(state);
+    log = state / "session.jsonl";
+    write_file(log, dsh::test::header_line("ns-layer", 1, json_string_literal(lab.workspace().native())));
+    REQUIRE(::chmod(log.c_str(), 0600) == 0);
+    REQUIRE(::chmod(state.c_str(), 0700) == 0);
+    target = lab.outside() / "target.txt";
+    write_file(target, "outside\n");
+    temporary_root = lab.base() / "temporary";
+    std::filesystem::create_directory(temporary_root);
+    REQUIRE(::chmod(temporary_root.c_str(), 0700) == 0);
+    for (const std::filesystem::path& path : {lab.workspace(), lab.outside(), state, log, target, temporary_root}) {
+      REQUIRE(::chown(path.c_str(), uid, uid) == 0);
+    }
+  }
+
+  [[nodiscard]] FenceOptions options(Isolation isolation) const {
+    FenceOptions options;
+    options.session_log = log;
+    options.session_cwd = lab.workspace();
+    options.temporary_root = temporary_root;
+    options.isolation = isolation;
+    return options;
+  }
+
+  Lab lab;
+  std::filesystem::path state;
+  std::filesystem::path log;
+  std::filesystem::path target;
+  std::filesystem::path temporary_root;
+};
+
+/// The rows a best-effort or required fence reports with every row applied.
+std::string applied_rows(bool unprivileged) {
+  return std::string(unprivileged ? "user namespace, " : "") +
+         "mount namespace, read-only root, protected paths, /dev, PID namespace and /proc, IPC namespace, "
+         "UTS namespace, /tmp, /var/tmp, /dev/shm, host state out of view";
+}
+
+/// Each row as "name: applied" or "name: not applied: reason", one a line.
+std::string rows_of(const dsh::FenceReport& report) {
+  std::string text;
+  for (const dsh::FenceLayer& layer : report.layers) {
+    text += layer.name + (layer.applied ? ": applied" : ": not applied: " + layer.reason) + "\n";
+  }
+  return text;
+}
+
+/// The effective set a root command keeps: this process's, without `FENCE_DROPPED_CAPABILITIES`,
+/// as /proc/self/status spells it.
+std::string kept_capabilities() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("CapEff:\t")) {
+      const std::uint64_t kept = std::stoull(line.substr(8), nullptr, 16) & ~dsh::fence_dropped_capabilities();
+      std::array<char, 17> text{};
+      std::snprintf(text.data(), text.size(), "%016llx", static_cast<unsigned long long>(kept));
+      return text.data();
+    }
+  }
+  return "<no CapEff>";
+}
+
+/// The mode (permission bits) and bytes of `path`.
+std::string mode_and_bytes(const std::filesystem::path& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) {
+    return "<missing>";
+  }
+  return std::to_string(info.st_mode & 07777) + " " + read_file(path);
+}
+
+} // namespace
+
+TEST_CASE("the namespace layer's report in each isolation mode, as root and as an unprivileged host") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    const std::string seen = as_host({unprivileged, false}, [&]() {
+      std::string text;
+      for (const Isolation isolation : {Isolation::off, Isolation::best_effort, Isolation::required}) {
+        for (const SandboxMode mode :
+             {SandboxMode::read_only, SandboxMode::workspace_write, SandboxMode::danger_full_access}) {
+          const PreparedFence fence = PreparedFence::prepare(setup.lab.policy(mode), setup.options(isolation));
+          const dsh::FenceReport& report = fence.report();
+          text += std::string(dsh::to_string(isolation)) + " " + std::string(dsh::to_string(mode)) + ": " +
+                  std::to_string(report.layers.size()) + " rows, isolation " +
+                  std::string(dsh::to_string(report.isolation)) + ", ipc namespace " +
+                  (report.ipc_namespace ? "yes" : "no") + "\n";
+          const std::size_t at = report.describe().find("; namespace layer");
+          text += at == std::string::npos ? "no layer\n" : report.describe().substr(at) + "\n";
+        }
+      }
+      return text;
+    });
+    // The whole line of one fence, byte for byte: the base fence's, its IPC answer now the
+    // layer's, then the rows.
+    const std::string whole = as_host({unprivileged, false}, [&]() {
+      const std::string base =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), setup.options(Isolation::off))
+              .report()
+              .describe();
+      const std::string layered =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), setup.options(Isolation::best_effort))
+              .report()
+              .describe();
+      return base + "\n" + layered;
+    });
+    const std::string base = whole.substr(0, whole.find('\n'));
+    const std::string base_ipc =
+        unprivileged ? "; syscall filter: on, System V IPC refused" : "; syscall filter: on, own IPC namespace";
+    REQUIRE(base.size() >= base_ipc.size());
+    CHECK(base.substr(base.size() - base_ipc.size()) == base_ipc);
+    CHECK(whole.substr(whole.find('\n') + 1) == base.substr(0, base.size() - base_ipc.size()) +
+                                                    "; syscall filter: on, own IPC namespace; namespace layer "
+                                                    "(best-effort): " +
+                                                    applied_rows(unprivileged));
+    const std::string rows = applied_rows(unprivileged);
+    const std::string count = unprivileged ? "10" : "9";
+    const std::string ipc_off = unprivileged ? "no" : "yes"; // the base fence's own answer
+    CHECK(seen == "off read-only: 0 rows, isolation off, ipc namespace " + ipc_off + "\nno layer\n" +
+                      "off workspace-write: 0 rows, isolation off, ipc namespace " + ipc_off + "\nno layer\n" +
+                      "off danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n" +
+                      "best-effort read-only: " + count + " rows, isolation best-effort, ipc namespace yes\n" +
+                      "; namespace layer (best-effort): " + rows + "\n" + "best-effort workspace-write: " + count +
+                      " rows, isolation best-effort, ipc namespace yes\n" + "; namespace layer (best-effort): " + rows +
+                      "\n" + "best-effort danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n" +
+                      "required read-only: " + count + " rows, isolation required, ipc namespace yes\n" +
+                      "; namespace layer (required): " + rows + "\n" + "required workspace-write: " + count +
+                      " rows, isolation required, ipc namespace yes\n" + "; namespace layer (required): " + rows +
+                      "\n" + "required danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n");
+  }
+}
+
+TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-only view, the log out of view") {
+  DSH_REQUIRE_LANDLOCK();
+  const dsh::test::TempDir host_tmp("/tmp");
+  const std::filesystem::path host_file = host_tmp / "host-file";
+  write_file(host_file, "host\n");
+  REQUIRE(::chmod(host_tmp.path().c_str(), 0755) == 0);
+  // A daemon's listening socket in the host's /tmp, as tmux's /tmp/tmux-UID/default is.
+  const std::filesystem::path socket_path = host_tmp / "daemon.sock";
+  const dsh::UniqueFd daemon{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  REQUIRE(socket_path.native().size() < sizeof address.sun_path);
+  std::copy(socket_path.native().begin(), socket_path.native().end(), address.sun_path);
+  REQUIRE(::bind(daemon.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  REQUIRE(::listen(daemon.get(), 1) == 0);
+  REQUIRE(::chmod(socket_path.c_str(), 0777) == 0);
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    // The user's runtime directory, with its agent sockets.
+    const std::filesystem::path runtime = setup.lab.base() / "runtime";
+    std::filesystem::create_directory(runtime);
+    write_file(runtime / "bus", "");
+    REQUIRE(::chown(runtime.c_str(), unprivileged ? nobody : 0, unprivileged ? nobody : 0) == 0);
+    REQUIRE(::chmod(runtime.c_str(), 0700) == 0);
+    const std::string log_before = mode_and_bytes(setup.log);
+    // Files keep their owners; an unprivileged host's command keeps no capability after exec
+    // (root's keeps those FENCE_DROPPED_CAPABILITIES leaves).
+    const std::string uid = std::to_string(unprivileged ? nobody : ::geteuid());
+    const std::string capabilities = unprivileged ? "0000000000000000" : kept_capabilities();
+    const std::string script = "cd /proc && echo [0-9]*\n"
+                               "test -S " +
+                               socket_path.native() +
+                               "; echo socket:$?\n"
+                               "echo runtime:$(ls -A " +
+                               runtime.native() +
+                               " | wc -l)\n"
+                               "echo private > /tmp/x && echo tmp:$?\n"
+                               "test -e " +
+                               host_file.native() +
+                               "; echo host-tmp:$?\n"
+                               "t=$(mktemp) && case $t in /tmp/tmp.*) echo mktemp:ok;; esac\n"
+                               "echo TMPDIR=$TMPDIR\n"
+                               "echo forged > " +
+                               setup.target.native() +
+                               "; echo outside:$?\n"
+                               "echo state:$(ls -A " +
+                               setup.state.native() +
+                               " | wc -l)\n"
+                               "flock -n " +
+                               setup.log.native() +
+                               " true 2>/dev/null; echo flock:$?\n"
+                               "chmod 666 " +
+                               setup.log.native() +
+                               " 2>/dev/null; echo chmod:$?\n"
+                               "echo in-workspace > " +
+                               (setup.lab.workspace() / "made").native() + " && echo workspace:$?\n" +
+                               "echo uid:$(id -u):$(stat -c %u " + (setup.lab.workspace() / "made").native() + ")\n" +
+                               "grep CapEff /proc/self/status\n";
+    const std::string seen = as_host({unprivileged, false}, [&]() {
+      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1);
+      const PreparedFence fence =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), setup.options(Isolation::required));
+      const dsh::test::Captured run = dsh::test::bash(fence, script, setup.lab.workspace(), setup.lab.outside());
+      return std::to_string(run.exit_code) + "\n" + run.out + run.err +
+             "found: " + read_file(fence.report().temporary_directory / "x");
+    });
+    CHECK(seen == "0\n1\nsocket:1\nruntime:0\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\noutside:1\nstate:0\n"
+                  "flock:73\nchmod:1\nworkspace:0\nuid:" +
+                      uid + ":" + uid + "\nCapEff:\t" + capabilities +
+                      "\n"
+                      "bash: line 8: " +
+                      setup.target.native() +
+                      ": Read-only file system\n"
+                      "found: private\n");
+    CHECK(read_file(setup.target) == "outside\n");
+    CHECK(mode_and_bytes(setup.log) == log_before);
+    CHECK(read_file(setup.lab.workspace() / "made") == "in-workspace\n");
+    CHECK(read_file(host_file) == "host\n");
+  }
+}
+
+TEST_CASE("a session log beside the workspace is hidden alone: it cannot be opened, locked or re-moded") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    // The log's directory holds the workspace: hiding it would hide the workspace.
+    const std::filesystem::path log = setup.lab.base() / "beside.jsonl";
+    write_file(log, "log bytes\n");
+    REQUIRE(::chmod(log.c_str(), 0600) == 0);
+    REQUIRE(::chown(log.c_str(), unprivileged ? nobody : 0, unprivileged ? nobody : 0) == 0);
+    const std::string before = mode_and_bytes(log);
+    const std::string seen = as_host({unprivileged, false}, [&]() {
+      FenceOptions options = setup.options(Isolation::required);
+      options.session_log = log;
+      const PreparedFence fence = PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), options);
+      const dsh::test::Captured run = dsh::test::bash(
+          fence,
+          "cat " + log.native() + " >/dev/null 2>&1; echo read:$?\n" + "flock -n " + log.native() +
+              " true 2>/dev/null; echo flock:$?\n" + "chmod 666 " + log.native() + " 2>/dev/null; echo chmod:$?\n" +
+              "ls " + setup.lab.workspace().native() + " >/dev/null && echo workspace:visible\n",
+          setup.lab.workspace(), setup.lab.outside());
+      return run.out + run.err;
+    });
+    CHECK(seen == "read:1\nflock:66\nchmod:1\nworkspace:visible\n");
+    CHECK(mode_and_bytes(log) == before);
+  }
+}
+
+TEST_CASE("protected entries stay byte for byte against write, rename, unlink and replace; git still commits") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    const std::filesystem::path repo = setup.lab.workspace();
+    REQUIRE(::chown(repo.c_str(), 0, 0) == 0); // git refuses a repository root does not own
+    REQUIRE(std::system(("git init -q " + repo.native() + " && cd " + repo.native() +
+                         " && echo one > f && git add f && git -c user.name=t -c user.email=t@t commit -qm one")
+                            .c_str()) == 0);
+    if (unprivileged) {
+      REQUIRE(std::system(("chown -R 65534:65534 " + repo.native()).c_str()) == 0);
+    }
+    const std::filesystem::path config = repo / ".git/config";
+    const std::filesystem::path hooks = repo / ".git/hooks";
+    const std::string config_before = mode_and_bytes(config);
+    const std::string hooks_before = mode_and_bytes(hooks / "pre-commit.sample");
+    const auto listing = [&hooks]() {
+      std::string names;
+      std::vector<std::string> sorted;
+      for (const auto& entry : std::filesystem::directory_iterator(hooks)) {
+        sorted.push_back(entry.path().filename().native());
+      }
+      std::sort(sorted.begin(), sorted.end());
+      for (const std::string& name : sorted) {
+        names += name + " ";
+      }
+      return names;
+    };
+    const std::string listing_before = listing();
+    const ProtectedScan scan{{{config, ProtectedKind::file, ".git/config"},
+                              {hooks, ProtectedKind::directory, ".git/hooks"},
+                              {repo / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"},
+                              {repo / ".git/modules", ProtectedKind::missing_directory, ".git/modules"},
+                              {repo / ".git", ProtectedKind::pinned_directory, ".git"}},
+                             ""};
+    const std::string script = "cd " + repo.native() + " && export HOME=" + setup.lab.outside().native() +
+                               "\n"
+                               "echo '[core] fsmonitor = evil' >> .git/config 2>/dev/null; echo write:$?\n"
+                               "mv .git/config .git/config.old 2>/dev/null; echo rename:$?\n"
+                               "rm -f .git/config 2>/dev/null; echo unlink:$?\n"
+                               "printf 'x' > .git/new && mv -f .git/new .git/config 2>/dev/null; echo replace:$?\n"
+                               "ln -sf /etc/passwd .git/config 2>/dev/null; echo link:$?\n"
+                               "echo evil > .git/hooks/pre-commit 2>/dev/null; echo hook:$?\n"
+                               "mv .git/hooks .git/hooks.old 2>/dev/null; echo hooks-rename:$?\n"
+                               "rm -rf .git/hooks 2>/dev/null; echo hooks-unlink:$?\n"
+                               "echo x > .gitmodules 2>/dev/null; echo gitmodules:$?\n"
+                               "mkdir .git/modules/x 2>/dev/null; echo modules:$?\n"
+                               "mv .git .git-old 2>/dev/null; echo git-rename:$?\n"
+                               "echo two > f && git add f && git -c user.name=t -c user.email=t@t commit -qm two && "
+                               "echo commit:$?\n"
+                               "git log --oneline | wc -l\n";
+    const std::string seen = as_host({unprivileged, false}, [&]() {
+      const PreparedFence fence = PreparedFence::prepare_with_protected(setup.lab.policy(SandboxMode::workspace_write),
+                                                                        setup.options(Isolation::required), scan);
+      const dsh::test::Captured run = dsh::test::bash(fence, script, repo, setup.lab.outside());
+      return run.out + run.err;
+    });
+    CHECK(seen == "write:1\nrename:1\nunlink:1\nreplace:1\nlink:1\nhook:1\nhooks-rename:1\nhooks-unlink:1\n"
+                  "gitmodules:1\nmodules:1\ngit-rename:1\ncommit:0\n2\n"
+                  "bash: line 2: .git/config: Read-only file system\n"
+                  "bash: line 7: .git/hooks/pre-commit: Read-only file system\n"
+                  "bash: line 10: .gitmodules: Read-only file system\n");
+    CHECK(mode_and_bytes(config) == config_before);
+    CHECK(mode_and_bytes(hooks / "pre-commit.sample") == hooks_before);
+    CHECK(listing() == listing_before);
+    CHECK(mode_and_bytes(repo / ".gitmodules") == "420 "); // the placeholder: empty, 0644
+    CHECK(std::filesystem::is_empty(repo / ".git/modules"));
+    CHECK_FALSE(dsh::test::exists_nofollow(repo / ".git/config.old"));
+    CHECK_FALSE(dsh::test::exists_nofollow(repo / ".git-old"));
+  }
+}
+
+TEST_CASE("a protected list whose scan failed refuses the fence when the layer applies") {
+  DSH_REQUIRE_LANDLOCK();
+  const Setup setup(false);
+  const ProtectedScan scan{{}, "the .git pointer file names a directory that does not exist"};
+  CHECK_THROWS_MATCHES(
+      PreparedFence::prepare_with_protected(setup.lab.policy(SandboxMode::workspace_write),
+                                            setup.options(Isolation::best_effort), scan),
+      LandlockError,
+      Catch::Matchers::Message("the namespace layer of the workspace-write fence: the protected paths beneath " +
+                               json_string_literal(setup.lab.workspace().native()) +
+                               " cannot be known: the .git pointer file names a directory that does not exist; "
+                               "refusing to run without them"));
+  // Without the layer nothing binds them: the scan is not the layer's to refuse.
+  CHECK(PreparedFence::prepare_with_protected(setup.lab.policy(SandboxMode::workspace_write),
+                                              setup.options(Isolation::off), scan)
+            .report()
+            .layers.empty());
+}
+
+TEST_CASE("with user namespaces refused to an unprivileged host: best-effort fences, required runs nothing") {
+  DSH_REQUIRE_LANDLOCK();
+  const Setup setup(true);
+  const std::filesystem::path marker = setup.lab.workspace() / "marker";
+  const std::string seen = as_host({true, true}, [&]() {
+    std::string text;
+    {
+      const PreparedFence fence =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), setup.options(Isolation::best_effort));
+      text += rows_of(fence.report());
+      const dsh::test::Captured run =
+          dsh::test::bash(fence, "echo forged > " + setup.target.native() + "; cd /proc && echo [0-9]* | wc -w",
+                          setup.lab.workspace(), setup.lab.outside());
+      text +=
+          std::to_string(run.exit_code) + " " + (run.out == "1\n" ? "own pid only" : "host pids seen") + "\n" + run.err;
+    }
+    try {
+      const PreparedFence fence =
+          PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), setup.options(Isolation::required));
+      (void)dsh::test::bash(fence, "touch " + marker.native(), setup.lab.workspace(), setup.lab.outside());
+      text += "required ran\n";
+    } catch (const LandlockError& error) {
+      text += std::string("required: ") + error.what() + "\n";
+    }
+#if defined(DSH_SANDBOXED_BASH)
+    const std::string cli = std::string(DSH_SANDBOXED_BASH) + " --log " + setup.log.native() +
+                            " --default workspace-write --isolation required -- touch " + marker.native() + " 2>" +
+                            (setup.lab.outside() / "cli.err").native();
+    const int status = std::system(cli.c_str());
+    text += "cli: " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + " " +
+            read_file(setup.lab.outside() / "cli.err");
+#endif
+    return text;
+  });
+  const std::string reason = "unshare(CLONE_NEWUSER): Operation not permitted";
+  std::string rows;
+  for (const char* name :
+       {"user namespace", "mount namespace", "read-only root", "protected paths", "/dev", "PID namespace and /proc",
+        "IPC namespace", "UTS namespace", "/tmp, /var/tmp, /dev/shm", "host state out of view"}) {
+    rows += std::string(name) + ": not applied: " + reason + "\n";
+  }
+  const std::string required = "required: the namespace layer of the workspace-write fence is required "
+                               "(FenceOptions::isolation) but cannot be had: " +
+                               reason + "; nothing runs\n";
+  std::string expected =
+      rows + "0 host pids seen\nbash: line 1: " + setup.target.native() + ": Permission denied\n" + required;
+#if defined(DSH_SANDBOXED_BASH)
+  expected += "cli: 126 dsh-sandboxed-bash: not run: " + required.substr(std::string("required: ").size());
+#endif
+  CHECK(seen == expected);
+  CHECK(read_file(setup.target) == "outside\n");
+  CHECK_FALSE(dsh::test::exists_nofollow(marker));
+}
