@@ -504,6 +504,11 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     const UniqueFd made{
         ::openat(parent.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
     error = made ? 0 : errno;
+    // What git must read there as it reads the absence (".\n" for a commondir).
+    if (error == 0 && !entry.placeholder.empty() &&
+        !write_all(made.get(), entry.placeholder.data(), entry.placeholder.size())) {
+      error = errno != 0 ? errno : EIO;
+    }
   }
   if (error != 0) {
     throw LandlockError(subject + ": cannot make the placeholder that keeps the protected path " +
