@@ -239,9 +239,18 @@ private:
   std::filesystem::path path_;
 };
 
-/// The argv that connects to `socket` as a daemon's client would.
-std::vector<std::string> connect_argv(const std::filesystem::path& socket) {
-  return {DSH_TEST_UNIX_CONNECT, socket.string(), "hello from the command"};
+/// A copy of the socket client in `lab`'s base, where every host can run it and the namespace
+/// layer shows it (the build tree may lie under /tmp, which the layer replaces); returns its path.
+std::filesystem::path install_client(const Lab& lab) {
+  const std::filesystem::path copy = lab.base() / "dsh_test_unix_connect";
+  std::filesystem::copy_file(DSH_TEST_UNIX_CONNECT, copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::permissions(copy, std::filesystem::perms(0755));
+  return copy;
+}
+
+/// The argv that runs `client` to connect to `socket`, as a daemon's client would.
+std::vector<std::string> connect_argv(const std::filesystem::path& client, const std::filesystem::path& socket) {
+  return {client.string(), socket.string(), "hello from the command"};
 }
 
 /// Runs `argv` under `fence` in `cwd`; returns its status and stdout as "<status> <out>".
@@ -443,6 +452,7 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
   for (const Host host : hosts) {
     CAPTURE(name_of(host));
     const Lab lab;
+    const std::filesystem::path client = install_client(lab);
     if (host != Host::root) {
       open_lab_to_nobody(lab);
     }
@@ -465,7 +475,7 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
           const PreparedFence fence =
               prepare(lab.policy(SandboxMode::read_only), session_options(lab), isolation, environment);
           text += std::string(isolation == Isolation::off ? "off " : "best-effort ") +
-                  run_fenced(fence, connect_argv(socket), lab.workspace()) +
+                  run_fenced(fence, connect_argv(client, socket), lab.workspace()) +
                   "reached " + std::to_string(listener.reached()) + "\n";
         }
       }
@@ -485,6 +495,7 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
 TEST_CASE("limit: below Landlock ABI 9 a listening socket left in view is reached") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
+  const std::filesystem::path client = install_client(lab);
   const ShortDirectory short_directory(::geteuid());
   const std::filesystem::path socket = short_directory.path() / "service.sock";
   Listener listener(socket);
@@ -492,7 +503,7 @@ TEST_CASE("limit: below Landlock ABI 9 a listening socket left in view is reache
   const PreparedFence fence =
       prepare(lab.policy(SandboxMode::read_only), session_options(lab), Isolation::best_effort);
   const bool resolve_unix = fence.report().abi >= 9;
-  CHECK(run_fenced(fence, connect_argv(socket), lab.workspace()) ==
+  CHECK(run_fenced(fence, connect_argv(client, socket), lab.workspace()) ==
         (resolve_unix ? "1 connect: Permission denied\n" : "0 sent\n"));
   CHECK(listener.reached() == (resolve_unix ? 0 : 1));
 }
