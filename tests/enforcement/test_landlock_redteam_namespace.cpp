@@ -44,7 +44,6 @@ using dsh::Isolation;
 using dsh::LandlockError;
 using dsh::PreparedFence;
 using dsh::SandboxMode;
-using dsh::detail::HostEnvironment;
 using dsh::test::as_host;
 using dsh::test::control_shell;
 using dsh::test::exists_nofollow;
@@ -92,11 +91,11 @@ std::string run_as(Host host, const std::function<std::string()>& body) {
   });
 }
 
-/// `prepare` with `isolation` and the host environment `environment` (by default nothing set).
-PreparedFence prepare(const dsh::ResolvedPolicy& policy, FenceOptions options, Isolation isolation,
-                      const HostEnvironment& environment = {}) {
+/// `PreparedFence::prepare` with `isolation`, as a host calls it (the host's environment as the
+/// process has it: a test that needs another $XDG_RUNTIME_DIR sets it in its forked host).
+PreparedFence prepare(const dsh::ResolvedPolicy& policy, FenceOptions options, Isolation isolation) {
   options.isolation = isolation;
-  return dsh::detail::prepare_fence(policy, options, dsh::detail::probe_landlock(), environment);
+  return PreparedFence::prepare(policy, options);
 }
 
 /// The options of a session whose private temporary directory the host keeps beside the lab.
@@ -110,15 +109,12 @@ FenceOptions session_options(const Lab& lab) {
 /// The variables every git call here gets: no system or global configuration, an identity, and
 /// discovery stopped at the lab (which lies inside this project's own repository).
 std::vector<std::string> git_variables(const Lab& lab, const std::filesystem::path& marker) {
-  return {"HOME=" + lab.outside().string(),
-          "GIT_CONFIG_NOSYSTEM=1",
-          "GIT_CONFIG_GLOBAL=/dev/null",
-          "GIT_CEILING_DIRECTORIES=" + lab.base().string(),
-          "GIT_AUTHOR_NAME=redteam",
-          "GIT_AUTHOR_EMAIL=redteam@example.invalid",
-          "GIT_COMMITTER_NAME=redteam",
+  return {"HOME=" + lab.outside().string(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+          "GIT_CEILING_DIRECTORIES=" + lab.base().string(), "GIT_AUTHOR_NAME=redteam",
+          "GIT_AUTHOR_EMAIL=redteam@example.invalid", "GIT_COMMITTER_NAME=redteam",
           "GIT_COMMITTER_EMAIL=redteam@example.invalid",
-          "OUT=" + marker.string()};
+          // The user runs git on a repository a host of another uid made (root after uid 65534).
+          "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*", "OUT=" + marker.string()};
 }
 
 /// The bytes of `.git/config` and of every hook, and the inode of `.git`: what a plant changes.
@@ -327,12 +323,12 @@ TEST_CASE("namespace: git plants in an existing repository are refused alike by 
       text += "terminal:\n" +
               run_exec_in_child(fence, shell_argv(git_plant_script, variables), lab.workspace(), lab.outside());
       // What git itself must still do in the workspace.
-      text += "work " +
-              run_fenced(fence,
-                         shell_argv("echo b > b && git add b && git commit -qm b && git checkout -qb topic && "
-                                    "git branch --list topic && git checkout -q - && echo done",
-                                    variables),
-                         lab.workspace());
+      text +=
+          "work " + run_fenced(fence,
+                               shell_argv("echo b > b && git add b && git commit -qm b && git checkout -qb topic && "
+                                          "git branch --list topic && git checkout -q - && echo done",
+                                          variables),
+                               lab.workspace());
       (void)PreparedFence::remove_temporary_directory(session_options(lab));
       return text;
     });
@@ -361,8 +357,7 @@ TEST_CASE("namespace: the same plants under the base fence alone succeed (the co
   const Lab lab;
   const std::filesystem::path marker = lab.outside() / "planted";
   make_repository(lab, marker);
-  const PreparedFence fence =
-      prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::off);
+  const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::off);
   CHECK(run_fenced(fence, shell_argv(git_plant_script, git_variables(lab, marker)), lab.workspace()) ==
         "0 " + plant_outcome(false));
   (void)PreparedFence::remove_temporary_directory(session_options(lab));
@@ -442,8 +437,8 @@ TEST_CASE("namespace: a tmux server of the host's, under the host's /tmp, cannot
       std::filesystem::remove_all(sockets);
       return text;
     });
-    CHECK(seen == std::string("off: tmux 0\nran\nbest-effort: ") +
-                      (layered(host) ? "tmux 1\ndid not run\n" : "tmux 0\nran\n"));
+    CHECK(seen ==
+          std::string("off: tmux 0\nran\nbest-effort: ") + (layered(host) ? "tmux 1\ndid not run\n" : "tmux 0\nran\n"));
   }
 }
 
@@ -463,8 +458,7 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
       if (::mkdir(runtime.c_str(), 0700) != 0 || ::mkdir(host_tmp.c_str(), 0700) != 0) {
         return "mkdir failed";
       }
-      HostEnvironment environment;
-      environment.xdg_runtime_dir = runtime.string();
+      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1); // this forked host's own environment
       std::string text;
       for (const std::filesystem::path& socket : {runtime / "bus", host_tmp / "agent.sock"}) {
         Listener listener(socket);
@@ -472,11 +466,10 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
           return "listen failed";
         }
         for (const Isolation isolation : {Isolation::off, Isolation::best_effort}) {
-          const PreparedFence fence =
-              prepare(lab.policy(SandboxMode::read_only), session_options(lab), isolation, environment);
-          text += std::string(isolation == Isolation::off ? "off " : "best-effort ") +
-                  run_fenced(fence, connect_argv(client, socket), lab.workspace()) +
-                  "reached " + std::to_string(listener.reached()) + "\n";
+          const PreparedFence fence = prepare(lab.policy(SandboxMode::read_only), session_options(lab), isolation);
+          text += std::string(isolation == Isolation::off ? "off " : "best-effort ");
+          text += run_fenced(fence, connect_argv(client, socket), lab.workspace());
+          text += "reached " + std::to_string(listener.reached()) + "\n"; // after the call
         }
       }
       std::filesystem::remove_all(runtime);
@@ -500,8 +493,7 @@ TEST_CASE("limit: below Landlock ABI 9 a listening socket left in view is reache
   const std::filesystem::path socket = short_directory.path() / "service.sock";
   Listener listener(socket);
   REQUIRE(listener.ok());
-  const PreparedFence fence =
-      prepare(lab.policy(SandboxMode::read_only), session_options(lab), Isolation::best_effort);
+  const PreparedFence fence = prepare(lab.policy(SandboxMode::read_only), session_options(lab), Isolation::best_effort);
   const bool resolve_unix = fence.report().abi >= 9;
   CHECK(run_fenced(fence, connect_argv(client, socket), lab.workspace()) ==
         (resolve_unix ? "1 connect: Permission denied\n" : "0 sent\n"));
@@ -543,8 +535,9 @@ n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; test $n -le 4 && echo "own tree
       return text;
     });
     // Under the base fence the process is seen, and Landlock's signal scope already stops the kill.
-    CHECK(seen == std::string("off: seen\nnot signalled\nmore processes\nbest-effort: ") +
-                      (layered(host) ? "hidden\nnot signalled\nown tree only\n" : "seen\nnot signalled\nmore processes\n"));
+    CHECK(seen ==
+          std::string("off: seen\nnot signalled\nmore processes\nbest-effort: ") +
+              (layered(host) ? "hidden\nnot signalled\nown tree only\n" : "seen\nnot signalled\nmore processes\n"));
   }
 }
 
@@ -578,8 +571,8 @@ TEST_CASE("namespace: a command can neither chmod nor lock its own session log")
       std::string text;
       for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
         const PreparedFence fence = prepare(lab.policy(mode), options, Isolation::best_effort);
-        const Shell chmod = shell(fence, R"(chmod 666 "$LOG" 2>/dev/null && echo changed || echo refused)",
-                                  lab.workspace(), variables);
+        const Shell chmod =
+            shell(fence, R"(chmod 666 "$LOG" 2>/dev/null && echo changed || echo refused)", lab.workspace(), variables);
         // The holder says whether it got the lock; the host then opens the log without waiting.
         std::array<int, 2> ends{-1, -1};
         if (::pipe2(ends.data(), O_CLOEXEC) != 0) {
@@ -587,9 +580,9 @@ TEST_CASE("namespace: a command can neither chmod nor lock its own session log")
         }
         const dsh::UniqueFd reader{ends[0]};
         dsh::UniqueFd writer{ends[1]};
-        FencedCommand holder(shell_argv(
-            R"({ exec 9<"$LOG" && flock -s 9 && echo held; } 2>/dev/null || echo refused; exec sleep 1000)",
-            variables));
+        FencedCommand holder(
+            shell_argv(R"({ exec 9<"$LOG" && flock -s 9 && echo held; } 2>/dev/null || echo refused; exec sleep 1000)",
+                       variables));
         holder.redirect(STDOUT_FILENO, writer.get()).in_directory(lab.workspace());
         dsh::FencedChild call = holder.spawn(fence);
         writer.reset();

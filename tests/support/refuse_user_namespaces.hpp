@@ -40,7 +40,7 @@ inline int refuse_user_namespaces() noexcept {
       jump(arch, 1, 0),
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW), // another ABI: not this test's concern
       stmt(BPF_LD | BPF_W | BPF_ABS, nr),
-      jump(static_cast<std::uint32_t>(SYS_clone3), 6, 0), // to ENOSYS
+      jump(static_cast<std::uint32_t>(SYS_clone3), 6, 0),  // to ENOSYS
       jump(static_cast<std::uint32_t>(SYS_unshare), 1, 0), // to the flags
       jump(static_cast<std::uint32_t>(SYS_clone), 0, 2),   // to the flags, else allow
       stmt(BPF_LD | BPF_W | BPF_ABS, arg0),
