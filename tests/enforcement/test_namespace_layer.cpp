@@ -5,7 +5,9 @@
 // while git still commits, and, with user namespaces refused by a seccomp filter as container
 // runtimes refuse them, best-effort falling back to the base fence and required running nothing.
 #include "support/catch.hpp"
+#include "support/hosts.hpp"
 #include "support/landlock.hpp"
+#include "support/refuse_user_namespaces.hpp"
 #include "support/session_log.hpp"
 
 #include <dsh/landlock.hpp>
@@ -53,37 +55,7 @@ using dsh::test::write_file;
 
 namespace {
 
-constexpr ::uid_t nobody = 65534;
-
-/// Fails unshare(2) and clone(2) with CLONE_NEWUSER with EPERM, and clone3(2) (whose flags a
-/// filter cannot read) with ENOSYS, as container runtimes' default profiles do; everything else
-/// is allowed. Installed in a test's host process only. Returns false when it cannot be.
-bool refuse_user_namespaces() {
-#if defined(__x86_64__)
-  constexpr unsigned allow = SECCOMP_RET_ALLOW;
-  constexpr unsigned eperm = SECCOMP_RET_ERRNO | EPERM;
-  constexpr unsigned enosys = SECCOMP_RET_ERRNO | ENOSYS;
-  std::array<sock_filter, 12> program{{
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, allow),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, enosys),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_unshare, 1, 0),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 2),
-      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, args[0])),
-      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_NEWUSER, 1, 0),
-      BPF_STMT(BPF_RET | BPF_K, allow),
-      BPF_STMT(BPF_RET | BPF_K, eperm),
-  }};
-  sock_fprog fprog{static_cast<unsigned short>(program.size()), program.data()};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) == 0 &&
-         ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0U, &fprog) == 0;
-#else
-  return false;
-#endif
-}
+using dsh::test::nobody;
 
 /// How a test's host process runs.
 struct Host {
@@ -91,50 +63,17 @@ struct Host {
   bool refused_namespaces = false; ///< with user namespaces refused (`refuse_user_namespaces`)
 };
 
-/// Runs `body` in a forked host process as `host` says, guarded by an alarm; returns the text
-/// `body` returned, or what it threw, or how the host ended. `body` must not use Catch2.
+/// Runs `body` in a forked host process as `host` says (dsh::test::as_host), with user
+/// namespaces refused first when `host` asks (dsh::test::refuse_user_namespaces).
 std::string as_host(Host host, const std::function<std::string()>& body) {
-  std::array<int, 2> ends{-1, -1};
-  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
-  const dsh::UniqueFd reader{ends[0]};
-  dsh::UniqueFd writer{ends[1]};
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(120);
-    // Dumpable, as an ordinary login process is (its /proc/self files are then its own).
-    if (host.unprivileged && (::setgroups(0, nullptr) != 0 || ::setgid(nobody) != 0 || ::setuid(nobody) != 0 ||
-                              ::prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0)) {
-      ::_exit(251);
+  return dsh::test::as_host(host.unprivileged, [&]() -> std::string {
+    if (host.refused_namespaces) {
+      if (const int error = dsh::test::refuse_user_namespaces(); error != 0) {
+        return "refuse_user_namespaces failed: errno " + std::to_string(error);
+      }
     }
-    if (host.refused_namespaces && !refuse_user_namespaces()) {
-      ::_exit(252);
-    }
-    std::string text;
-    try {
-      text = body();
-    } catch (const std::exception& error) {
-      text += std::string("exception: ") + error.what();
-    }
-    (void)dsh::detail::write_all(writer.get(), text.data(), text.size());
-    ::_exit(0);
-  }
-  writer.reset();
-  std::string text;
-  std::array<char, 4096> buffer{};
-  for (;;) {
-    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got <= 0) {
-      break;
-    }
-    text.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  const int status = dsh::FencedCommand::wait_for(pid);
-  return status == 0 ? text : text + "<host ended with status " + std::to_string(status) + ">";
+    return body();
+  });
 }
 
 /// The laboratory of one test, open to uid 65534 when the host is unprivileged: the workspace,
