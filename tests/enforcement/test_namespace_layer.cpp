@@ -474,3 +474,64 @@ TEST_CASE("with user namespaces refused to an unprivileged host: best-effort fen
   CHECK(read_file(setup.target) == "outside\n");
   CHECK_FALSE(dsh::test::exists_nofollow(marker));
 }
+
+// What the command sees is what report() says: from inside a fenced bash, each candidate
+// directory is tried for writing, the session log for visibility and /proc for other processes,
+// and the list is compared with the one derived from report() alone (its grants, its private
+// directory and its layer rows), in each mode, with the layer and without it, as root and as
+// uid 65534.
+TEST_CASE("the command's view matches report(): writable, visible and seen, with and without the layer") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      for (const Isolation isolation : {Isolation::off, Isolation::best_effort}) {
+        CAPTURE(dsh::to_string(mode), dsh::to_string(isolation));
+        // "seen" first, then "expected" from the report, both made in the host process.
+        const std::string both = as_host({unprivileged, false}, [&]() {
+          const PreparedFence fence = PreparedFence::prepare(setup.lab.policy(mode), setup.options(isolation));
+          const dsh::FenceReport& report = fence.report();
+          std::vector<std::filesystem::path> candidates{
+              setup.lab.workspace(), setup.lab.outside(), setup.state, "/tmp", "/var/tmp", "/dev/shm"};
+          if (!report.temporary_directory.empty()) {
+            candidates.push_back(report.temporary_directory);
+          }
+          std::string script = "probe() { if (echo x > \"$1/.view-probe\") 2>/dev/null; then rm -f \"$1/.view-probe\"; "
+                               "echo \"$1 writable\"; else echo \"$1 read-only\"; fi; }\n";
+          for (const std::filesystem::path& candidate : candidates) {
+            script += "probe " + candidate.native() + "\n";
+          }
+          script += "test -e " + setup.log.native() + " && echo 'log visible' || echo 'log out of view'\n";
+          script += "test -e /proc/$PPID/status && test $PPID -ne 0 && echo 'parent seen' || echo 'own tree only'\n";
+          const dsh::test::Captured run = dsh::test::bash(fence, script, setup.lab.workspace(), setup.lab.outside());
+
+          const auto applied = [&report](std::string_view row) {
+            return std::any_of(report.layers.begin(), report.layers.end(),
+                               [row](const dsh::FenceLayer& layer) { return layer.name == row && layer.applied; });
+          };
+          const bool private_areas = applied("/tmp, /var/tmp, /dev/shm") && mode == SandboxMode::workspace_write;
+          std::string expected;
+          for (const std::filesystem::path& candidate : candidates) {
+            const bool area = candidate == "/tmp" || candidate == "/var/tmp" || candidate == "/dev/shm";
+            const bool writable = dsh::test::grants_directory_of(report, candidate) || (area && private_areas);
+            expected += candidate.native() + (writable ? " writable\n" : " read-only\n");
+          }
+          expected += applied("host state out of view") ? "log out of view\n" : "log visible\n";
+          expected += applied("PID namespace and /proc") ? "own tree only\n" : "parent seen\n";
+          return run.out + "--\n" + expected;
+        });
+        const std::size_t split = both.find("--\n");
+        REQUIRE(split != std::string::npos);
+        CHECK(both.substr(0, split) == both.substr(split + 3));
+        // The layer changes the view exactly where the report says it does.
+        if (isolation == Isolation::best_effort) {
+          CHECK(both.find("log out of view") != std::string::npos);
+          CHECK(both.find("own tree only") != std::string::npos);
+        } else {
+          CHECK(both.find("log visible\nparent seen") != std::string::npos);
+        }
+      }
+    }
+  }
+}
