@@ -1,7 +1,8 @@
 // dsh-sandboxed-bash: the `bash` family backend of an agent host, in one file.
 //
 //   dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]...
-//                      [--isolation off|best-effort|required] [--verbose] -- COMMAND...
+//                      [--isolation off|best-effort|required] [--timeout SECONDS] [--verbose] -- COMMAND...
+//   dsh-sandboxed-bash --help
 //
 // Resolves the session's policy with a PolicyOwner (the same owner that would render the
 // model text), registers `bash` as enforced and escalatable as a real backend does, and runs
@@ -11,7 +12,10 @@
 // the command is refused a write, it repeats the denial and says how to retry with an
 // approved wider mode, one of the owner's escalation choices. --isolation selects the fence's
 // namespace layer (FenceOptions::isolation; best-effort by default), and --verbose lists each of
-// its rows, applied or not with the reason. The exit status is the command's;
+// its rows, applied or not with the reason. --timeout SECONDS ends the call, with everything it
+// started, after that many seconds (exit status 124). When this program's stdout is closed early
+// (`... | head`), it stops relaying the command's output there, lets the command finish, and still
+// exits with its status. --help prints the usage to stdout and exits 0. The exit status is the command's;
 // 126 when it could not be fenced (including a workspace whose grant would let the command change
 // this log or the workspace entry, which decide the next call, and a required namespace layer that
 // cannot be had), 2 for a usage error or an
@@ -22,6 +26,8 @@
 
 #include <array>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstddef>
 #include <cstdio>
@@ -46,18 +52,27 @@ struct Options {
   dsh::SandboxMode default_mode = dsh::SandboxMode::read_only;
   bool verbose = false;
   dsh::Isolation isolation = dsh::Isolation::best_effort;
+  std::optional<std::chrono::seconds> timeout;
+  bool help = false;
   std::vector<std::string> keep_env;
   std::vector<std::string> command;
 };
 
+/// The usage text, to `out`.
+void print_usage(std::ostream& out) {
+  out << "usage: " << program_name
+      << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... "
+         "[--isolation off|best-effort|required] [--timeout SECONDS] [--verbose] -- COMMAND...\n"
+      << "MODE is read-only, workspace-write or danger-full-access\n"
+      << "the command gets this environment without the variables whose names contain KEY, SECRET, TOKEN, "
+         "PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env NAME passes one on\n"
+      << "--timeout SECONDS (a whole number, at least 1) ends the call and everything it started; exit status 124\n";
+}
+
+/// A usage error: the problem, then the usage text, on stderr.
 void usage(std::string_view problem) {
-  std::cerr << program_name << ": " << problem << "\n"
-            << "usage: " << program_name
-            << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... "
-               "[--isolation off|best-effort|required] [--verbose] -- COMMAND...\n"
-            << "MODE is read-only, workspace-write or danger-full-access\n"
-            << "the command gets this environment without the variables whose names contain KEY, SECRET, TOKEN, "
-               "PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env NAME passes one on\n";
+  std::cerr << program_name << ": " << problem << "\n";
+  print_usage(std::cerr);
 }
 
 std::optional<Options> parse(int argc, char** argv) {
@@ -114,6 +129,23 @@ std::optional<Options> parse(int argc, char** argv) {
         return std::nullopt;
       }
       ++i;
+    } else if (arg == "--timeout") {
+      const std::string_view value = i + 1 < argc ? std::string_view(argv[i + 1]) : std::string_view();
+      long long seconds = 0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), seconds);
+      // Whole seconds, at least 1, at most a day's worth of years: anything else names itself.
+      if (value.empty() || error != std::errc() || end != value.data() + value.size() || seconds < 1 ||
+          seconds > 100LL * 365 * 24 * 3600) {
+        usage(i + 1 < argc ? "--timeout expects a whole number of seconds from 1 to 3153600000, got \"" +
+                                 std::string(value) + "\""
+                           : std::string("--timeout needs SECONDS"));
+        return std::nullopt;
+      }
+      options.timeout = std::chrono::seconds(seconds);
+      ++i;
+    } else if (arg == "--help" || arg == "-h") {
+      options.help = true;
+      return options;
     } else if (arg == "--verbose") {
       options.verbose = true;
     } else {
@@ -269,6 +301,9 @@ private:
 
 int run(const Options& options) {
   dsh::FencedCommand command({"bash", "-c", join(options.command, false)});
+  if (options.timeout) {
+    command.time_limit(std::chrono::duration_cast<std::chrono::milliseconds>(*options.timeout));
+  }
   try {
     for (const std::string& name : options.keep_env) {
       command.keep_env(name);
@@ -355,9 +390,17 @@ int main(int argc, char** argv) {
   // A file-size limit (RLIMIT_FSIZE) must make a session-log append fail with EFBIG, which the
   // log rolls back and reports, rather than kill this process in the middle of it.
   std::signal(SIGXFSZ, SIG_IGN);
+  // A closed stdout (`... | head`) must not end this process in the middle of the call: the
+  // relay then sees EPIPE, stops writing there and keeps draining the command's output, and the
+  // command's own status is still returned. (The command gets the default disposition back.)
+  std::signal(SIGPIPE, SIG_IGN);
   const std::optional<Options> options = parse(argc, argv);
   if (!options) {
     return 2;
+  }
+  if (options->help) {
+    print_usage(std::cout);
+    return std::cout.flush() ? 0 : 1;
   }
   try {
     return run(*options);

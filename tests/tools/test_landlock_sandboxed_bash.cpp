@@ -84,6 +84,16 @@ struct Session {
 
 const std::string prefix = "dsh-sandboxed-bash: ";
 
+/// The usage text, as --help prints it and every usage error repeats it.
+const std::string usage_text =
+    "usage: dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] "
+    "[--keep-env NAME]... [--isolation off|best-effort|required] [--timeout SECONDS] [--verbose] -- "
+    "COMMAND...\nMODE is read-only, workspace-write or "
+    "danger-full-access\nthe command gets this environment without the variables whose names "
+    "contain KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env "
+    "NAME passes one on\n--timeout SECONDS (a whole number, at least 1) ends the call and everything it started; "
+    "exit status 124\n";
+
 } // namespace
 
 TEST_CASE("dsh-sandboxed-bash: read-only session refuses the write and hints workspace-write") {
@@ -221,12 +231,7 @@ TEST_CASE("dsh-sandboxed-bash --isolation: an unknown value is a usage error, --
 
 TEST_CASE("dsh-sandboxed-bash: usage errors and unusable logs run nothing") {
   const Session session;
-  const std::string usage = "usage: dsh-sandboxed-bash --log SESSION.jsonl [--approved MODE] [--default MODE] "
-                            "[--keep-env NAME]... [--isolation off|best-effort|required] [--verbose] -- "
-                            "COMMAND...\nMODE is read-only, workspace-write or "
-                            "danger-full-access\nthe command gets this environment without the variables whose names "
-                            "contain KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env "
-                            "NAME passes one on\n";
+  const std::string usage = usage_text;
   const Captured no_log = session.run({"--", "touch", "x"});
   CHECK(no_log.exit_code == 2);
   CHECK(no_log.err == prefix + "--log SESSION.jsonl is required\n" + usage);
@@ -448,4 +453,54 @@ TEST_CASE("dsh-sandboxed-bash: a denial at the end of a line longer than the wat
                        session.quoted_log() + " --approved workspace-write --isolation off -- '" +
                        "head -c 1048576 /dev/zero | tr " + "'\\''\\0'\\'' x >&2; echo hi > inside.txt'\n");
   CHECK(read_file(session.lab.workspace() / "inside.txt") == "<missing>");
+}
+
+TEST_CASE("dsh-sandboxed-bash --help prints the usage on stdout and exits 0, running nothing") {
+  const Session session;
+  for (const std::vector<std::string>& arguments :
+       std::vector<std::vector<std::string>>{{"--help"}, {"-h"}, {"--log", session.log_path.string(), "--help"}}) {
+    const Captured help = session.run(arguments);
+    CHECK(help.exit_code == 0);
+    CHECK(help.out == usage_text);
+    CHECK(help.err.empty());
+  }
+}
+
+TEST_CASE("dsh-sandboxed-bash --timeout: 124 when the time runs out, with everything the command started ended") {
+  const Session session;
+  session.switch_to(SandboxMode::workspace_write);
+  // The background sleep's pid goes to the workspace, where the call may write.
+  const Captured timed = session.run({"--log", session.log_path.string(), "--timeout", "1", "--",
+                                      "sleep 30 & echo $! > "
+                                      "background.pid; sleep 30; echo never"});
+  CHECK(timed.exit_code == 124);
+  CHECK(timed.out.empty());
+  const std::string pid = read_file(session.lab.workspace() / "background.pid");
+  REQUIRE(pid != "<missing>");
+  CHECK_FALSE(std::filesystem::exists("/proc/" + pid.substr(0, pid.find('\n')) + "/status"));
+  for (const char* bad : {"0", "-1", "1.5", "ten", ""}) {
+    CAPTURE(bad);
+    const Captured refused = session.run({"--log", session.log_path.string(), "--timeout", bad, "--", "touch made"});
+    CHECK(refused.exit_code == 2);
+    CHECK(refused.err == prefix + "--timeout expects a whole number of seconds from 1 to 3153600000, got \"" + bad +
+                             "\"\n" + usage_text);
+  }
+  const Captured missing = session.run({"--log", session.log_path.string(), "--timeout"});
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err == prefix + "--timeout needs SECONDS\n" + usage_text);
+  CHECK_FALSE(std::filesystem::exists(session.lab.workspace() / "made"));
+}
+
+TEST_CASE("dsh-sandboxed-bash: a stdout closed early stops the relay, and the command's status is still returned") {
+  const Session session;
+  session.switch_to(SandboxMode::workspace_write);
+  // head reads one line and exits; the command goes on writing, then leaves a mark and exits 7.
+  const std::string script = "'" + std::string(DSH_SANDBOXED_BASH) + "' --isolation off --log '" +
+                             session.log_path.string() +
+                             "' -- 'seq 1 200000; echo finished > finished; exit 7' | head -n 1; "
+                             "echo \"status ${PIPESTATUS[0]}\"";
+  const Captured piped = session.run_program("bash", {"-c", script});
+  CHECK(piped.out == "1\nstatus 7\n");
+  CHECK(piped.exit_code == 0);
+  CHECK(read_file(session.lab.workspace() / "finished") == "finished\n");
 }
