@@ -12,6 +12,7 @@
 #include <dsh/detail/resolve_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/unique_fd.hpp>
+#include <dsh/write_error.hpp>
 
 #if !defined(__unix__) && !defined(__APPLE__)
 #error "<dsh/open_beneath.hpp> needs a POSIX system (Linux for the race-free open)"
@@ -42,7 +43,7 @@ namespace dsh {
 /// symlinks and /proc magic links that would leave `root` fail at open time, whatever was
 /// swapped in after any earlier check. `flags` are open(2) flags (O_CLOEXEC is always
 /// added); `mode` is used only with O_CREAT or O_TMPFILE.
-/// Returns the open descriptor. Throws std::system_error: EXDEV when the resolution leaves
+/// Returns the open descriptor. Throws dsh::WriteError (<dsh/write_error.hpp>; `code()`): EXDEV when the resolution leaves
 /// `root` (or an absolute `path` is not spelled under it), ELOOP when `root` itself contains
 /// a symbolic link, EINVAL for an empty `path` or a relative `root`, ENOSYS when the kernel
 /// has no openat2 (Linux 5.6 or newer is required; there is deliberately no unchecked
@@ -87,7 +88,7 @@ namespace dsh {
 /// Opens `path` for writing as `policy` allows, for in-process write and edit tools; only a
 /// regular file is ever opened.
 ///
-/// read-only: throws std::system_error(EACCES) without touching the filesystem.
+/// read-only: throws dsh::WriteError (EACCES) without touching the filesystem.
 /// workspace-write: `open_beneath(policy.workspace_root, path, ...)` (a relative `path` is
 /// taken against the workspace root; escapes fail with EXDEV).
 /// danger-full-access: a plain open(2) of `path` (relative to the workspace root), no
@@ -103,7 +104,9 @@ namespace dsh {
 /// which opens no device and waits for no FIFO writer or reader; the open itself adds
 /// O_NONBLOCK | O_NOCTTY and never O_TRUNC, its file is checked again with fstat, and only a
 /// regular file is then truncated (when `flags` has O_TRUNC) and set back to blocking (unless
-/// `flags` has O_NONBLOCK). Returns the descriptor; throws std::system_error naming `path` on
+/// `flags` has O_NONBLOCK). Without O_TRUNC an existing file keeps whatever lies beyond the bytes
+/// written: pass O_TRUNC, or use `dsh::write_file` (<dsh/write_file.hpp>), to replace the whole
+/// content. Returns the descriptor; throws dsh::WriteError (`code()`) naming `path` on
 /// failure: EPERM for a FIFO, device or socket ("refusing to write to a FIFO: ..."), EISDIR
 /// for a directory, EACCES for a protected path, the open's errno otherwise.
 [[nodiscard]] inline UniqueFd open_for_write(const ResolvedPolicy& policy, const std::filesystem::path& path,

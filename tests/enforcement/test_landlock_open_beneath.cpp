@@ -25,7 +25,7 @@ int beneath_errno(const std::filesystem::path& root, const std::filesystem::path
   try {
     (void)open_beneath(root, path, O_WRONLY | O_CREAT);
     return 0;
-  } catch (const std::system_error& error) {
+  } catch (const dsh::WriteError& error) {
     return error.code().value();
   }
 }
@@ -89,7 +89,7 @@ TEST_CASE("open_beneath names the path and the root in its errors") {
   try {
     (void)open_beneath(ws, "link-out/x.txt", O_WRONLY | O_CREAT);
     FAIL("open_beneath did not throw");
-  } catch (const std::system_error& error) {
+  } catch (const dsh::WriteError& error) {
     CHECK(error.code() == std::errc::cross_device_link);
     CHECK(std::string(error.what()) == "open_beneath(\"link-out/x.txt\" beneath " +
                                            dsh::json_string_literal(ws.native()) +
@@ -100,7 +100,7 @@ TEST_CASE("open_beneath names the path and the root in its errors") {
   try {
     (void)open_beneath(link_root, "x.txt", O_WRONLY | O_CREAT);
     FAIL("open_beneath did not throw");
-  } catch (const std::system_error& error) {
+  } catch (const dsh::WriteError& error) {
     CHECK(error.code().value() == ELOOP);
     CHECK(std::string(error.what()) == "open_beneath(\"x.txt\" beneath " +
                                            dsh::json_string_literal(link_root.native()) +
@@ -137,7 +137,7 @@ TEST_CASE("open_for_write follows the policy's mode") {
     try {
       (void)dsh::open_for_write(lab.policy(SandboxMode::read_only), "new.txt");
       FAIL("open_for_write did not throw");
-    } catch (const std::system_error& error) {
+    } catch (const dsh::WriteError& error) {
       CHECK(error.code() == std::errc::permission_denied);
       CHECK(std::string(error.what()) ==
             "open_for_write(\"new.txt\"): the read-only policy refuses every write: Permission denied");
@@ -149,7 +149,7 @@ TEST_CASE("open_for_write follows the policy's mode") {
     write_through(dsh::open_for_write(policy, "new.txt"), "inside");
     CHECK(read_file(lab.workspace() / "new.txt") == "inside");
     std::filesystem::create_directory_symlink(lab.outside(), lab.workspace() / "out");
-    CHECK_THROWS_AS(dsh::open_for_write(policy, "out/x.txt"), std::system_error);
+    CHECK_THROWS_AS(dsh::open_for_write(policy, "out/x.txt"), dsh::WriteError);
     CHECK_FALSE(exists_nofollow(lab.outside() / "x.txt"));
   }
   SECTION("danger-full-access opens anywhere") {

@@ -45,7 +45,7 @@ std::string attempt(const dsh::ResolvedPolicy& policy, const std::filesystem::pa
     try {
       const dsh::UniqueFd file = dsh::open_for_write(policy, path, flags);
       text = "opened";
-    } catch (const std::system_error& error) {
+    } catch (const dsh::WriteError& error) {
       text = "errno " + std::to_string(error.code().value()) + ": " + error.what();
     }
     dsh::detail::write_all(writer.get(), text.data(), text.size());

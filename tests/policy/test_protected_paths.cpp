@@ -132,7 +132,7 @@ std::string open_result(const dsh::ResolvedPolicy& policy, const fs::path& path,
   try {
     const dsh::UniqueFd file = dsh::open_for_write(policy, path, flags);
     return "opened";
-  } catch (const std::system_error& error) {
+  } catch (const dsh::WriteError& error) {
     return "errno " + std::to_string(error.code().value()) + ": " + error.what();
   }
 }

@@ -1,9 +1,10 @@
 /// @file
 /// How `open_beneath` and `open_for_write` refuse: the subject their errors name, the
-/// std::system_error they throw, and the check that only a regular file is opened for writing.
+/// dsh::WriteError they throw, and the check that only a regular file is opened for writing.
 #pragma once
 
 #include <dsh/sandbox_policy.hpp>
+#include <dsh/write_error.hpp>
 
 #include <cerrno>
 #include <cstdint>
@@ -25,7 +26,7 @@ namespace dsh::detail {
 }
 
 [[noreturn]] inline void throw_open_error(int error, const std::string& message) {
-  throw std::system_error(error, std::generic_category(), message);
+  throw WriteError(std::error_code(error, std::generic_category()), message);
 }
 
 /// What a file of type `mode` is, for an error message ("a FIFO", ...); "" for a regular file.
