@@ -43,11 +43,11 @@ namespace dsh {
 /// symlinks and /proc magic links that would leave `root` fail at open time, whatever was
 /// swapped in after any earlier check. `flags` are open(2) flags (O_CLOEXEC is always
 /// added); `mode` is used only with O_CREAT or O_TMPFILE.
-/// Returns the open descriptor. Throws dsh::WriteError (<dsh/write_error.hpp>; `code()`): EXDEV when the resolution leaves
-/// `root` (or an absolute `path` is not spelled under it), ELOOP when `root` itself contains
-/// a symbolic link, EINVAL for an empty `path` or a relative `root`, ENOSYS when the kernel
-/// has no openat2 (Linux 5.6 or newer is required; there is deliberately no unchecked
-/// fallback), and the open's own errno otherwise. The message names `path` and `root`.
+/// Returns the open descriptor. Throws dsh::WriteError (<dsh/write_error.hpp>; `code()`): EXDEV when the resolution
+/// leaves `root` (or an absolute `path` is not spelled under it), ELOOP when `root` itself contains a symbolic link,
+/// EINVAL for an empty `path` or a relative `root`, ENOSYS when the kernel has no openat2 (Linux 5.6 or newer is
+/// required; there is deliberately no unchecked fallback), and the open's own errno otherwise. The message names `path`
+/// and `root`.
 [[nodiscard]] inline UniqueFd open_beneath(const std::filesystem::path& root, const std::filesystem::path& path,
                                            int flags, ::mode_t mode = 0644) {
   const std::string subject = detail::open_beneath_subject(root, path);

@@ -993,10 +993,27 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   options.session_log = log_path;
   options.session_cwd = workspace;
   options.isolation = dsh::Isolation::off; // the base fence's row
-  // The row with the namespace layer applied: it replaces /tmp, so that call's workspace and
-  // session live outside it, in the working directory.
-  std::string layer_pattern = (std::filesystem::current_path() / "bench-fence-layer-XXXXXX").string();
-  require(::mkdtemp(layer_pattern.data()) != nullptr, "fence: mkdtemp in the working directory failed");
+  // The row with the namespace layer applied: it replaces /tmp, /var/tmp and /dev/shm, so that
+  // call's workspace and session live outside them: in the working directory, else $HOME,
+  // /var/lib or /opt (CI builds under /tmp).
+  const auto in_temporary_area = [](const std::filesystem::path& place) {
+    const std::string canonical = std::filesystem::weakly_canonical(place).native() + "/";
+    return canonical.starts_with("/tmp/") || canonical.starts_with("/var/tmp/") || canonical.starts_with("/dev/shm/");
+  };
+  std::vector<std::filesystem::path> layer_bases{std::filesystem::current_path()};
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    layer_bases.emplace_back(home);
+  }
+  layer_bases.insert(layer_bases.end(), {"/var/lib", "/opt"});
+  std::string layer_pattern;
+  for (const std::filesystem::path& base : layer_bases) {
+    std::string pattern = (base / "bench-fence-layer-XXXXXX").string();
+    if (!in_temporary_area(base) && ::mkdtemp(pattern.data()) != nullptr) {
+      layer_pattern = pattern;
+      break;
+    }
+  }
+  require(!layer_pattern.empty(), "fence: no directory outside the temporary areas for the layer's workspace");
   const std::filesystem::path layer_root = layer_pattern;
   const std::filesystem::path layer_workspace = layer_root / "fence-workspace";
   std::filesystem::create_directories(layer_workspace);

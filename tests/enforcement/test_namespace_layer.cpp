@@ -425,6 +425,13 @@ TEST_CASE("with user namespaces refused to an unprivileged host: best-effort fen
   DSH_REQUIRE_LANDLOCK();
   const Setup setup(true);
   const std::filesystem::path marker = setup.lab.workspace() / "marker";
+#if defined(DSH_SANDBOXED_BASH)
+  // A copy the unprivileged host can run: the build tree may lie in a directory only root may
+  // enter (CI's mktemp -d under /tmp).
+  const std::filesystem::path tool = setup.lab.base() / "dsh-sandboxed-bash";
+  std::filesystem::copy_file(DSH_SANDBOXED_BASH, tool, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::permissions(tool, std::filesystem::perms(0755));
+#endif
   const std::string seen = as_host({true, true}, [&]() {
     std::string text;
     {
@@ -446,7 +453,7 @@ TEST_CASE("with user namespaces refused to an unprivileged host: best-effort fen
       text += std::string("required: ") + error.what() + "\n";
     }
 #if defined(DSH_SANDBOXED_BASH)
-    const std::string cli = std::string(DSH_SANDBOXED_BASH) + " --log " + setup.log.native() +
+    const std::string cli = tool.native() + " --log " + setup.log.native() +
                             " --default workspace-write --isolation required -- touch " + marker.native() + " 2>" +
                             (setup.lab.outside() / "cli.err").native();
     const int status = std::system(cli.c_str());
