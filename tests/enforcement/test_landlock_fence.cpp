@@ -107,8 +107,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                                           dsh::landlock_rights_to_string(dsh::landlock_write_rights(INT_MAX) & ~handled)
                                     : std::string()) +
                            (abi >= 6 ? "; scoped: signal,abstract_unix_socket" : "") + "; granted: ";
-  const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
-                                                                   : "; syscall filter: on, System V IPC refused";
+  const std::string filter = dsh::detail::holds_sys_admin() ? "; syscall filter: on, own IPC namespace"
+                                                            : "; syscall filter: on, System V IPC refused";
   const std::string scope_note = abi >= 6 ? std::string()
                                           : "; signals and abstract unix sockets are not scoped: Landlock ABI " +
                                                 std::to_string(abi) + " cannot (ABI 6, Linux 6.12, can)";
@@ -450,8 +450,8 @@ TEST_CASE("without Landlock the fence fails closed unless running unfenced is al
     CHECK(fence.report().status == FenceStatus::unfenced);
     CHECK(fence.report().handled == 0);
     CHECK(fence.report().syscall_filter);
-    const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
-                                                                     : "; syscall filter: on, System V IPC refused";
+    const std::string filter = dsh::detail::holds_sys_admin() ? "; syscall filter: on, own IPC namespace"
+                                                              : "; syscall filter: on, System V IPC refused";
     CHECK(fence.report().describe() == "unfenced read-only" + filter +
                                            "; NOT FENCED: this kernel has no Landlock (Linux 5.13 or newer with "
                                            "CONFIG_SECURITY_LANDLOCK=y is required)");

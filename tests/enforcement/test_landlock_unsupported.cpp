@@ -46,8 +46,8 @@ TEST_CASE("unsupported: running unfenced must be asked for, and then says so") {
   const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only), {.allow_unfenced = true});
   CHECK(fence.report().status == dsh::FenceStatus::unfenced);
   // The system-call filter does not need Landlock: it holds in an unfenced call too.
-  const std::string filter = dsh::detail::may_make_ipc_namespace() ? "; syscall filter: on, own IPC namespace"
-                                                                   : "; syscall filter: on, System V IPC refused";
+  const std::string filter = dsh::detail::holds_sys_admin() ? "; syscall filter: on, own IPC namespace"
+                                                            : "; syscall filter: on, System V IPC refused";
   CHECK(fence.report().describe() == "unfenced read-only" + filter + "; NOT FENCED: " + reason);
   CHECK(dsh::test::fenced(fence, [] { return 0; }) == 0);
   const dsh::test::Captured run =

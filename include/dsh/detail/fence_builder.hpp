@@ -32,19 +32,6 @@ namespace dsh::detail {
   return {};
 }
 
-/// True when the calling process may give a child a new IPC namespace without a user namespace:
-/// it holds CAP_SYS_ADMIN in its effective set (root, outside a container that took it away).
-[[nodiscard]] inline bool may_make_ipc_namespace() noexcept {
-#if defined(__linux__)
-  CapabilityHeader header{capability_version_3, 0};
-  std::array<CapabilityData, 2> sets{};
-  constexpr unsigned cap_sys_admin = 21;
-  return ::syscall(SYS_capget, &header, sets.data()) == 0 && (sets[0].effective >> cap_sys_admin & 1U) != 0;
-#else
-  return false;
-#endif
-}
-
 /// The fence body, with the kernel probe and the host's environment passed in so that every
 /// branch (including "no Landlock" and older ABIs) runs in tests on any kernel.
 [[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
@@ -69,7 +56,7 @@ namespace dsh::detail {
     report.notes.push_back("NOT FILTERED: " + reason);
   } else {
     report.syscall_filter = true;
-    report.ipc_namespace = may_make_ipc_namespace();
+    report.ipc_namespace = holds_sys_admin();
     // with /dev/tty granted, the command must keep the terminal the host gave it
     const bool terminal = !options.terminal.empty();
     refusing_filter = shared_syscall_filter(true, terminal);

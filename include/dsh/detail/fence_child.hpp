@@ -114,6 +114,20 @@ inline constexpr std::uint32_t capability_version_3 = 0x20080522U;
 inline constexpr unsigned cap_setpcap = 8;
 #endif
 
+/// True when the calling process holds CAP_SYS_ADMIN in its effective set (root, outside a
+/// container that took it away): it may then give a child new IPC, mount and PID namespaces
+/// without a user namespace.
+[[nodiscard]] inline bool holds_sys_admin() noexcept {
+#if defined(__linux__)
+  CapabilityHeader header{capability_version_3, 0};
+  std::array<CapabilityData, 2> sets{};
+  constexpr unsigned cap_sys_admin = 21;
+  return ::syscall(SYS_capget, &header, sets.data()) == 0 && (sets[0].effective >> cap_sys_admin & 1U) != 0;
+#else
+  return false;
+#endif
+}
+
 /// What the calling thread's /proc/thread-self/status says about the signals and capabilities
 /// a fenced start must reset, as bit masks (bit N - 1 is signal N; bit N is CAP number N). A
 /// mask that could not be read stays all ones, which makes the caller reset or drop everything.

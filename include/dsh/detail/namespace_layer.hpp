@@ -476,19 +476,6 @@ struct NamespaceProbe {
 #endif
 }
 
-/// True when the calling process may mount and make namespaces without a user namespace: it
-/// holds CAP_SYS_ADMIN in its effective set.
-[[nodiscard]] inline bool holds_sys_admin() noexcept {
-#if defined(__linux__)
-  CapabilityHeader header{capability_version_3, 0};
-  std::array<CapabilityData, 2> sets{};
-  constexpr unsigned cap_sys_admin = 21;
-  return ::syscall(SYS_capget, &header, sets.data()) == 0 && (sets[0].effective >> cap_sys_admin & 1U) != 0;
-#else
-  return false;
-#endif
-}
-
 /// The placeholder that keeps the missing protected `entry` from being created: an empty
 /// directory (0755) or file (0644) made now by the host, in the entry's canonical parent, never
 /// through a link. Throws LandlockError (naming `subject`, the entry and the reason) when it
