@@ -418,7 +418,9 @@ TEST_CASE("namespace: a tmux server of the host's, under the host's /tmp, cannot
     const std::string seen = run_as(host, [&]() -> std::string {
       const std::filesystem::path sockets = "/tmp/dsh-redteam-tmux-" + std::to_string(::getpid());
       const std::filesystem::path socket = sockets / "default";
-      const std::vector<std::string> variables{"SOCK=" + socket.string(), "OUT=" + marker.string()};
+      // tmux runs a pane's command with $SHELL, else the user's login shell: uid 65534's is
+      // nologin, whose pane would end at once and take the server with it.
+      const std::vector<std::string> variables{"SOCK=" + socket.string(), "OUT=" + marker.string(), "SHELL=/bin/sh"};
       if (::mkdir(sockets.c_str(), 0700) != 0 ||
           control_shell(R"(tmux -S "$SOCK" new-session -d -s host "sleep 300")", "/", variables) != 0) {
         return "the host's tmux server did not start";
