@@ -211,8 +211,10 @@ int run(const Request& request) {
   dsh::FencedCommand command(request.command);
   // The command reads what DSH gives this program (its `stdin` bytes, or nothing); stdout and
   // stderr are relayed. The working directory is this program's: the namespace layer enters it
-  // again in the command's view, where the workspace is the writable one.
-  if (::fcntl(STDIN_FILENO, F_GETFD) >= 0) {
+  // again in the command's view, where the workspace is the writable one. A terminal is never
+  // handed on (run by hand from a shell): through it the command could reconfigure the user's
+  // terminal (echo, canonical mode), which the fence keeps out of its reach; it reads /dev/null.
+  if (::fcntl(STDIN_FILENO, F_GETFD) >= 0 && ::isatty(STDIN_FILENO) == 0) {
     command.redirect(STDIN_FILENO, STDIN_FILENO);
   }
   std::optional<dsh::FencedChild> child;

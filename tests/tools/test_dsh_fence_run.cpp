@@ -23,8 +23,10 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <pty.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #ifndef DSH_FENCE_RUN
@@ -68,10 +70,11 @@ std::vector<std::string> with_command(std::vector<std::string> profile, const st
   return profile;
 }
 
-/// Runs dsh-fence-run with `arguments` in `cwd`, its stdin reading `input`, in the C locale; its
-/// stdout and stderr captured in files of `scratch`.
+/// Runs dsh-fence-run with `arguments` in `cwd`, its stdin reading `input` (or the descriptor
+/// `terminal` when one is given), in the C locale; its stdout and stderr captured in files of `scratch`.
 Outcome run_fence(const std::vector<std::string>& arguments, const std::filesystem::path& cwd,
-                  const std::filesystem::path& scratch, const std::string& input = {}, Host host = Host::as_is) {
+                  const std::filesystem::path& scratch, const std::string& input = {}, Host host = Host::as_is,
+                  int terminal = -1) {
   const std::filesystem::path in_path = scratch / "fence-run.in";
   const std::filesystem::path out_path = scratch / "fence-run.out";
   const std::filesystem::path err_path = scratch / "fence-run.err";
@@ -94,7 +97,8 @@ Outcome run_fence(const std::vector<std::string>& arguments, const std::filesyst
   const ::pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
-    if (::chdir(cwd.c_str()) != 0 || ::dup2(in.get(), 0) < 0 || ::dup2(out.get(), 1) < 0 || ::dup2(err.get(), 2) < 0) {
+    if (::chdir(cwd.c_str()) != 0 || ::dup2(terminal >= 0 ? terminal : in.get(), 0) < 0 || ::dup2(out.get(), 1) < 0 ||
+        ::dup2(err.get(), 2) < 0) {
       ::_exit(250);
     }
     if (host == Host::without_the_layer) {
@@ -252,6 +256,32 @@ TEST_CASE("dsh-fence-run: the command's status, stdout, stderr and stdin pass th
   CHECK(piped.status == 0);
   CHECK(piped.out == "bytes from DSH\n" + lab.workspace().string() + "\n");
   CHECK(piped.err.empty());
+}
+
+TEST_CASE("dsh-fence-run: a terminal on its stdin is not handed on, so the command cannot reconfigure it") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  int leader = -1;
+  int terminal = -1;
+  REQUIRE(::openpty(&leader, &terminal, nullptr, nullptr, nullptr) == 0);
+  const dsh::UniqueFd leader_end{leader};
+  const dsh::UniqueFd terminal_end{terminal};
+  termios before{};
+  REQUIRE(::tcgetattr(terminal, &before) == 0);
+  REQUIRE((before.c_lflag & ECHO) != 0);
+  for (const Host host : {Host::as_is, Host::without_the_layer}) {
+    INFO("host " << (host == Host::as_is ? "as is" : "without the namespace layer"));
+    const Outcome outcome =
+        run_fence(with_command(fixture_profile("workspace-write.argv", lab.workspace()),
+                               "if [ -t 0 ]; then stty -echo -icanon; echo terminal; else echo not a terminal; fi"),
+                  lab.workspace(), lab.base(), {}, host, terminal);
+    CHECK(outcome.status == 0);
+    CHECK(outcome.out == "not a terminal\n");
+    CHECK(outcome.err.empty());
+    termios after{};
+    REQUIRE(::tcgetattr(terminal, &after) == 0);
+    CHECK(after.c_lflag == before.c_lflag);
+  }
 }
 
 TEST_CASE("dsh-fence-run: with the namespace layer, --unshare-pid --proc /proc --tmpfs /tmp hold literally") {
