@@ -399,6 +399,77 @@ echo ran)";
   }
 }
 
+/// Makes the workspace root a git directory of its own, as git finds a bare repository where
+/// `.git` is missing or is no git directory: `.git/HEAD` removed (when there is one), then a
+/// `HEAD`, `objects`, `refs`, a `config` whose fsmonitor touches `$OUT` and a pre-commit hook
+/// that does, at the root. Prints whether `HEAD` could be written, then "ran".
+const std::string bare_root_plant_script = R"(rm -f .git/HEAD 2>/dev/null
+mkdir -p objects refs/heads hooks 2>/dev/null
+if echo 'ref: refs/heads/main' > HEAD 2>/dev/null; then echo "HEAD written"; else echo "HEAD refused"; fi
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = %s\n\tfsmonitor = touch %s\n' "$PWD" "$OUT" > config 2>/dev/null
+printf '#!/bin/sh\ntouch "%s"\n' "$OUT" > hooks/pre-commit 2>/dev/null && chmod +x hooks/pre-commit
+echo ran)";
+
+/// What the user runs after the call, unfenced, each whatever the other did: `git status` and an
+/// empty commit, where a planted fsmonitor or hook would run.
+void host_runs_git(const Lab& lab, const std::filesystem::path& marker) {
+  (void)control_shell("git status; git commit -q --allow-empty -m after", lab.workspace(), git_variables(lab, marker));
+}
+
+TEST_CASE("namespace: the workspace root cannot be made a bare git directory, with or without a repository") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool repository : {true, false}) {
+    for (const Host host : hosts) {
+      CAPTURE(repository, name_of(host));
+      const Lab lab;
+      const std::filesystem::path marker = lab.outside() / "planted";
+      if (repository) {
+        make_repository(lab, marker);
+      }
+      if (host != Host::root) {
+        open_lab_to_nobody(lab);
+        hand_workspace_to_nobody(lab);
+      }
+      const std::vector<std::string> variables = git_variables(lab, marker);
+      const std::string seen = run_as(host, [&]() -> std::string {
+        const PreparedFence fence =
+            prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
+        const std::string text = run_fenced(fence, shell_argv(bare_root_plant_script, variables), lab.workspace());
+        (void)PreparedFence::remove_temporary_directory(session_options(lab));
+        return text;
+      });
+      host_runs_git(lab, marker);
+      if (layered(host)) {
+        // The root's HEAD is the placeholder the layer made, empty and unchanged: git takes the
+        // root for no git directory, and the planted config and hook never run.
+        CHECK(seen == "0 HEAD refused\nran\n");
+        CHECK(read_file(lab.workspace() / "HEAD").empty());
+        CHECK_FALSE(exists_nofollow(marker));
+      } else {
+        CHECK(seen == "0 HEAD written\nran\n"); // the documented limit of the base fence
+      }
+    }
+  }
+}
+
+TEST_CASE("namespace: the bare git directory planted at the root under the base fence alone runs (the control)") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool repository : {true, false}) {
+    CAPTURE(repository);
+    const Lab lab;
+    const std::filesystem::path marker = lab.outside() / "planted";
+    if (repository) {
+      make_repository(lab, marker);
+    }
+    const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::off);
+    CHECK(run_fenced(fence, shell_argv(bare_root_plant_script, git_variables(lab, marker)), lab.workspace()) ==
+          "0 HEAD written\nran\n");
+    (void)PreparedFence::remove_temporary_directory(session_options(lab));
+    host_runs_git(lab, marker);
+    CHECK(exists_nofollow(marker));
+  }
+}
+
 // =============================================================================================
 // Daemons that act for the command
 // =============================================================================================

@@ -10,6 +10,7 @@
 #include <dsh/open_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -119,6 +120,10 @@ std::vector<ProtectedEntry> fresh_git_directory(const fs::path& dir) {
           entry(dir / "commondir", ProtectedKind::missing_file, ".git/commondir", ".\n")};
 }
 
+/// The placeholder that keeps the root `root` from being taken for a git directory: its `HEAD`,
+/// missing until the namespace layer makes it empty.
+ProtectedEntry root_head(const fs::path& root) { return entry(root / "HEAD", ProtectedKind::missing_file, ".git"); }
+
 std::string describe(const std::vector<ProtectedEntry>& entries) {
   std::ostringstream out;
   for (const ProtectedEntry& e : entries) {
@@ -154,6 +159,7 @@ TEST_CASE("a fresh git init: the pinned .git, its hooks and config, the missing 
   fs::create_directory(root);
   git(root, {"init", "-q"});
   std::vector<ProtectedEntry> expected = fresh_git_directory(root / ".git");
+  expected.push_back(root_head(root));
   expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
   const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
   INFO(describe(entries));
@@ -170,6 +176,7 @@ TEST_CASE("a directory without .git: .git itself is listed as missing, once") {
   const Scratch scratch;
   CHECK(dsh::protected_paths(policy_for(scratch.base)) ==
         std::vector<ProtectedEntry>{entry(scratch.base / ".git", ProtectedKind::missing_directory, ".git/hooks"),
+                                    root_head(scratch.base),
                                     entry(scratch.base / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")});
   const dsh::ResolvedPolicy policy = policy_for(scratch.base);
   CHECK_FALSE(policy.permits_write(".git"));
@@ -180,6 +187,58 @@ TEST_CASE("a directory without .git: .git itself is listed as missing, once") {
         refused(".git/hooks/pre-commit", scratch.base / ".git/hooks/pre-commit", scratch.base / ".git", ".git/hooks"));
   CHECK_FALSE(fs::exists(scratch.base / ".git"));
   CHECK(open_result(policy, "notes.txt") == "opened");
+}
+
+TEST_CASE("the root's HEAD: missing, a placeholder git does not accept; holding a ref, the root is a git directory") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  SECTION("missing: with the placeholders made, git never takes the root for a git directory") {
+    fs::create_directories(root / "objects");
+    fs::create_directories(root / "refs/heads");
+    write_text(root / "config", "[dsh]\n\tmarker = 1\n");
+    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
+    CHECK(entries == std::vector<ProtectedEntry>{
+                         entry(root / ".git", ProtectedKind::missing_directory, ".git/hooks"), root_head(root),
+                         entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")});
+    CHECK_FALSE(policy_for(root).permits_write("HEAD"));
+    // A HEAD holding a ref would make the root git's: it reads the planted config.
+    write_text(root / "HEAD", "ref: refs/heads/main\n");
+    CHECK(run_git(root, {"config", "--get", "dsh.marker"}) == 0);
+    for (const ProtectedEntry& e : entries) { // the placeholders, as the namespace layer makes them
+      if (e.kind == ProtectedKind::missing_file) {
+        write_text(e.path, e.placeholder);
+      } else if (e.kind == ProtectedKind::missing_directory) {
+        fs::create_directory(e.path);
+      }
+    }
+    CHECK(read_text(root / "HEAD").empty());
+    CHECK(run_git(root, {"config", "--get", "dsh.marker"}) != 0);
+    const std::vector<ProtectedEntry> after = dsh::protected_paths(policy_for(root));
+    CHECK(std::ranges::count(after, entry(root / "HEAD", ProtectedKind::file, ".git")) == 1);
+  }
+  SECTION("holding no ref: read-only as it is") {
+    write_text(root / "HEAD", "notes\n");
+    CHECK(dsh::protected_paths(policy_for(root)) ==
+          std::vector<ProtectedEntry>{entry(root / ".git", ProtectedKind::missing_directory, ".git/hooks"),
+                                      entry(root / "HEAD", ProtectedKind::file, ".git"),
+                                      entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")});
+  }
+  SECTION("holding a ref: a bare repository as the root is pinned with its entries") {
+    git(root, {"init", "-q", "--bare", "."});
+    std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::missing_directory, ".git/hooks")};
+    for (ProtectedEntry& e : fresh_git_directory(root)) {
+      expected.push_back(std::move(e));
+    }
+    expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
+    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
+    INFO(describe(entries));
+    CHECK(entries == expected);
+    const dsh::ResolvedPolicy policy = policy_for(root);
+    CHECK_FALSE(policy.permits_write("config"));
+    CHECK_FALSE(policy.permits_write("hooks/pre-receive"));
+    CHECK(policy.permits_write("HEAD"));
+    CHECK(policy.permits_write("objects/ab/cdef"));
+  }
 }
 
 TEST_CASE(
@@ -257,7 +316,7 @@ TEST_CASE("a linked worktree: its pointer file; beneath the main repository's ro
 
   SECTION("the worktree as the root: its git directory lies outside, so only the pointer is listed") {
     CHECK(dsh::protected_paths(policy_for(wt)) ==
-          std::vector<ProtectedEntry>{entry(wt / ".git", ProtectedKind::file, ".git"),
+          std::vector<ProtectedEntry>{entry(wt / ".git", ProtectedKind::file, ".git"), root_head(wt),
                                       entry(wt / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")});
     const dsh::ResolvedPolicy policy = policy_for(wt);
     CHECK_FALSE(policy.permits_write(".git"));
@@ -279,6 +338,7 @@ TEST_CASE("a linked worktree: its pointer file; beneath the main repository's ro
         expected.push_back(entry(main / "inner/.git", ProtectedKind::file, ".git"));
       }
     }
+    expected.push_back(root_head(main));
     expected.push_back(entry(main / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
     const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(main));
     INFO(describe(entries));
@@ -313,6 +373,7 @@ TEST_CASE("a separate git directory beneath the root: the pointer file and the g
   for (ProtectedEntry& e : fresh_git_directory(root / ".meta")) {
     expected.push_back(std::move(e));
   }
+  expected.push_back(root_head(root));
   expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
   const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
   INFO(describe(entries));
@@ -344,6 +405,7 @@ TEST_CASE("a submodule: the superproject lists the submodule's git directory; th
     for (ProtectedEntry& e : fresh_git_directory(dot_git / "modules/sub")) {
       expected.push_back(std::move(e));
     }
+    expected.push_back(root_head(super));
     expected.push_back(entry(super / ".gitmodules", ProtectedKind::file, ".gitmodules"));
     const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(super));
     INFO(describe(entries));
@@ -367,7 +429,7 @@ TEST_CASE("a submodule: the superproject lists the submodule's git directory; th
   SECTION("the submodule's checkout as the root: its git directory lies outside") {
     const fs::path sub = super / "sub";
     CHECK(dsh::protected_paths(policy_for(sub)) ==
-          std::vector<ProtectedEntry>{entry(sub / ".git", ProtectedKind::file, ".git"),
+          std::vector<ProtectedEntry>{entry(sub / ".git", ProtectedKind::file, ".git"), root_head(sub),
                                       entry(sub / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")});
   }
 }
@@ -393,6 +455,7 @@ TEST_CASE("modules/: a git directory git would not accept still gets its entries
     for (ProtectedEntry& e : fresh_git_directory(modules / "libs/inner")) {
       expected.push_back(std::move(e));
     }
+    expected.push_back(root_head(root));
     expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
     const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
     INFO(describe(entries));
@@ -546,6 +609,7 @@ TEST_CASE("the host's extra paths and disabled defaults") {
       entry(root / ".git", ProtectedKind::pinned_directory, ".git"),
       entry(root / ".git/hooks", ProtectedKind::directory, ".git/hooks"),
       entry(root / ".git/config", ProtectedKind::file, ".git/config"),
+      root_head(root),
       entry(root / ".husky", ProtectedKind::directory, ".husky/"),
       entry(root / "Makefile", ProtectedKind::file, "Makefile"),
       entry(root / "tools", ProtectedKind::missing_directory, (root / "tools/run.sh").native()),

@@ -35,8 +35,9 @@ namespace dsh {
 /// Which paths beneath a writable root stay read-only even in workspace-write.
 struct ProtectedPathRules {
   /// Apply the default list (docs/enforcement.md#protected-paths): `.git/hooks`,
-  /// `.git/config`, `.git/config.worktree`, `.git/commondir`, `.gitmodules`, and the same
-  /// entries of the git directory a `.git` pointer file names.
+  /// `.git/config`, `.git/config.worktree`, `.git/commondir`, `.gitmodules`, the same
+  /// entries of the git directory a `.git` pointer file names, and the root's `HEAD` (which
+  /// would make the root itself a git directory).
   bool defaults = true;
   /// Default entries turned off by name, spelled as in the default list (".gitmodules").
   std::vector<std::string> disabled_defaults{};
@@ -293,6 +294,19 @@ private:
     return text;
   }
 
+  /// Whether the file `head` begins as a `HEAD` git accepts: a ref (`ref:`) or an object id.
+  [[nodiscard]] static bool holds_head_ref(const std::filesystem::path& head) {
+    UniqueFd file(retry_on_eintr([&] { return ::open(head.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); }));
+    std::array<char, 64> text{};
+    const ::ssize_t got =
+        file ? retry_on_eintr([&] { return ::read(file.get(), text.data(), text.size()); }) : ::ssize_t{-1};
+    const std::string_view line(text.data(), got > 0 ? static_cast<std::size_t>(got) : 0);
+    const bool object_id = line.size() >= 40 && std::ranges::all_of(line.substr(0, 40), [](char c) {
+                             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                           });
+    return line.starts_with("ref:") || object_id;
+  }
+
   /// Returns what is not a git directory about canonical `dir` whose common directory is
   /// `common`, as git's is_git_directory checks it: `HEAD` a ref or an object id, `objects`
   /// and `refs` directories. Empty when it is one.
@@ -302,16 +316,7 @@ private:
     if (::stat(dir.c_str(), &status) != 0 || !S_ISDIR(status.st_mode)) {
       return "no directory";
     }
-    UniqueFd head(
-        retry_on_eintr([&] { return ::open((dir / "HEAD").c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); }));
-    std::array<char, 64> text{};
-    const ::ssize_t got =
-        head ? retry_on_eintr([&] { return ::read(head.get(), text.data(), text.size()); }) : ::ssize_t{-1};
-    const std::string_view line(text.data(), got > 0 ? static_cast<std::size_t>(got) : 0);
-    const bool object_id = line.size() >= 40 && std::ranges::all_of(line.substr(0, 40), [](char c) {
-                             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                           });
-    if (!line.starts_with("ref:") && !object_id) {
+    if (!holds_head_ref(dir / "HEAD")) {
       return "no HEAD holding a ref or an object id";
     }
     for (const char* name : {"objects", "refs"}) {
@@ -513,11 +518,38 @@ private:
     }
   }
 
-  /// `<root>/.git`: a directory, a pointer file, or missing.
+  /// `<root>/.git` (a directory, a pointer file, or missing), then `<root>/HEAD`.
   void scan_git() {
     if (!any_git_default()) {
       return;
     }
+    scan_dot_git();
+    if (scan_.problem.empty()) {
+      scan_root_head();
+    }
+  }
+
+  /// `<root>/HEAD`. Where `<root>/.git` is missing or not a git directory (an empty placeholder,
+  /// a `.git` whose `HEAD` the command removed), git asks whether the root itself is one, as
+  /// it finds a bare repository: a `HEAD` holding a ref, `objects` and `refs`; its `config` and
+  /// `hooks` would then be git's. A missing `HEAD` gets an empty placeholder (git does not
+  /// accept an empty one); one that is there but holds no ref stays as it is, read-only; one
+  /// that holds a ref makes the root a git directory, pinned with its entries.
+  void scan_root_head() {
+    const std::filesystem::path head = root_ / "HEAD";
+    const std::optional<struct stat> status = reach(head, false, PROTECTED_GIT_RULE);
+    if (!status) {
+      return;
+    }
+    if (S_ISREG(status->st_mode) && holds_head_ref(head)) {
+      scan_git_directory(root_, 0);
+      return;
+    }
+    add(head, S_ISDIR(status->st_mode) ? ProtectedKind::directory : ProtectedKind::file, PROTECTED_GIT_RULE);
+  }
+
+  /// `<root>/.git`: a directory, a pointer file, or missing.
+  void scan_dot_git() {
     const std::filesystem::path dot_git = root_ / ".git";
     const std::optional<struct stat> status = reach(dot_git, true, first_git_rule());
     if (!status) {
@@ -576,7 +608,7 @@ private:
 
 /// The protected entries beneath the canonical writable `root` under `rules`: the list of
 /// docs/enforcement.md#protected-paths, in the order the scan finds them (the `.git` pin or
-/// pointer file, each git directory's entries, `.gitmodules`, the host's paths), each path
+/// pointer file, each git directory's entries, the root's `HEAD`, `.gitmodules`, the host's paths), each path
 /// once. Returns the scan with `problem` set (and no entry) when the list cannot be known: a
 /// pointer or commondir file git would follow that cannot be read or does not name a git
 /// directory, a symbolic link on the way to an entry, a path that cannot be examined. Never throws
