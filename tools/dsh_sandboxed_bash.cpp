@@ -9,17 +9,18 @@
 // `bash -c COMMAND` in the session workspace under the Landlock fence of that policy, with this
 // process's environment minus the variables whose names look like credentials (FencedCommand's
 // default; --keep-env NAME passes one on, --verbose lists the names withheld). When
-// the command is refused a write, it repeats the denial and says how to retry with an
-// approved wider mode, one of the owner's escalation choices. --isolation selects the fence's
-// namespace layer (FenceOptions::isolation; best-effort by default), and --verbose lists each of
-// its rows, applied or not with the reason. --timeout SECONDS ends the call, with everything it
-// started, after that many seconds (exit status 124). When this program's stdout is closed early
+// the fence refused the command a write (dsh::DenialScanner), it repeats the denial and says how
+// to retry with an approved wider mode, one of the owner's escalation choices (dsh::retry_advice). --isolation selects
+// the fence's namespace layer (FenceOptions::isolation; best-effort by default), and --verbose lists each of its rows,
+// applied or not with the reason. --timeout SECONDS ends the call, with everything it started, after that many seconds
+// (exit status 124). When this program's stdout is closed early
 // (`... | head`), it stops relaying the command's output there, lets the command finish, and still
 // exits with its status. --help prints the usage to stdout and exits 0. The exit status is the command's;
 // 126 when it could not be fenced (including a workspace whose grant would let the command change
 // this log or the workspace entry, which decide the next call, and a required namespace layer that
 // cannot be had), 2 for a usage error or an
 // --approved mode that is not strictly wider than the session's (refused before anything runs).
+#include <dsh/denials.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
@@ -34,7 +35,6 @@
 #include <exception>
 #include <iostream>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -177,126 +177,24 @@ std::string join(const std::vector<std::string>& words, bool quote) {
   return joined;
 }
 
-/// True when a line of the command's stderr reports a refused write: EACCES and EPERM from
-/// Landlock's checks, EXDEV from its rule against linking or moving across the fence, EROFS from
-/// the namespace layer's read-only view.
-bool is_denial(std::string_view line) {
-  for (const std::string_view reason :
-       {"Permission denied", "Operation not permitted", "Invalid cross-device link", "Read-only file system"}) {
-    if (line.find(reason) != std::string_view::npos) {
-      return true;
-    }
-  }
-  return false;
-}
-
-/// The path a denial line names, when it has one of the two common shapes:
-/// `tool: cannot ... 'PATH': reason` (coreutils) or `bash: [line N: ]PATH: reason`.
-std::optional<std::string> denied_path(std::string_view line) {
-  if (const auto open = line.find('\''); open != std::string_view::npos) {
-    if (const auto close = line.find('\'', open + 1); close != std::string_view::npos) {
-      return std::string(line.substr(open + 1, close - open - 1));
-    }
-  }
-  constexpr std::string_view bash_prefix = "bash: ";
-  if (!line.starts_with(bash_prefix)) {
-    return std::nullopt;
-  }
-  line.remove_prefix(bash_prefix.size());
-  if (line.starts_with("line ")) {
-    line.remove_prefix(line.find(": ") + 2);
-  }
-  const auto reason = line.rfind(": ");
-  return reason == std::string_view::npos ? std::nullopt : std::optional(std::string(line.substr(0, reason)));
-}
-
-/// A line of the command's stderr that reports a denial; `cut` when only its tail was kept
-/// (see DenialWatch), which then names no path the retry hint could rely on.
-struct Denial {
-  std::string line;
-  bool cut = false;
-};
-
-/// The narrowest of the owner's escalation `choices` that is strictly wider than the call's
-/// mode (which an approval may have widened already) and would allow the denied write (any of
-/// them when the denial names no path); nullopt when none would, so no retry is offered.
-std::optional<dsh::SandboxMode> wider_mode(const dsh::ResolvedPolicy& policy, const std::optional<std::string>& path,
-                                           std::span<const dsh::SandboxMode> choices) {
-  for (const dsh::SandboxMode choice : choices) {
-    dsh::ResolvedPolicy wider = policy;
-    wider.mode = choice;
-    if (dsh::is_strictly_wider(choice, policy.mode) && (!path || wider.permits_write(*path))) {
-      return choice;
-    }
-  }
-  return std::nullopt;
-}
-
-/// Watches the command's stderr as the fence relays it: passes every chunk on to our stderr
-/// (stdout to our stdout) as it comes, and keeps the first line that reports a denial.
-///
-/// Its memory is bounded whatever the command writes: of a line it keeps at most the last
-/// `line_limit` bytes, the part a denial message ends in (the reason comes last). A denial names
-/// at most two paths, each at most PATH_MAX (4096) bytes, so a whole one fits; of a longer line
-/// the kept tail is still scanned, and reported as cut. The storage is reserved once, so no
-/// chunk of output allocates.
-class DenialWatch {
+/// Relays the command's output as it comes (stdout to our stdout, stderr to our stderr) and
+/// feeds its stderr to the fence's denial scanner, whose memory stays bounded whatever the
+/// command writes (dsh::DenialScanner).
+class Relay {
 public:
-  static constexpr std::size_t line_limit = 16384;
-
-  DenialWatch() { line_.reserve(line_limit); }
+  explicit Relay(dsh::DenialScanner& scanner) : scanner_(&scanner) {}
 
   void operator()(dsh::CommandStream stream, std::string_view bytes) {
     (stream == dsh::CommandStream::err ? std::cerr : std::cout)
         .write(bytes.data(), static_cast<std::streamsize>(bytes.size()))
         .flush();
-    if (stream != dsh::CommandStream::err) {
-      return;
+    if (stream == dsh::CommandStream::err) {
+      scanner_->feed(bytes);
     }
-    for (;;) {
-      const std::size_t end = bytes.find('\n');
-      append(bytes.substr(0, end));
-      if (end == std::string_view::npos) {
-        return;
-      }
-      note();
-      bytes.remove_prefix(end + 1);
-    }
-  }
-
-  /// The first denial, once the command has ended (a last line without newline included).
-  [[nodiscard]] std::optional<Denial> first_denial() {
-    note();
-    return first_denial_;
   }
 
 private:
-  /// Adds `part` to the current line, dropping its oldest bytes beyond `line_limit`.
-  void append(std::string_view part) {
-    if (part.size() >= line_limit) {
-      line_.assign(part.substr(part.size() - line_limit));
-      cut_ = true;
-      return;
-    }
-    if (const std::size_t total = line_.size() + part.size(); total > line_limit) {
-      line_.erase(0, total - line_limit);
-      cut_ = true;
-    }
-    line_.append(part);
-  }
-
-  /// Ends the current line: keeps it when it is the first denial.
-  void note() {
-    if (!first_denial_ && is_denial(line_)) {
-      first_denial_ = Denial{line_, cut_};
-    }
-    line_.clear();
-    cut_ = false;
-  }
-
-  std::string line_;
-  bool cut_ = false; // line_ is the tail of a longer line
-  std::optional<Denial> first_denial_;
+  dsh::DenialScanner* scanner_;
 };
 
 int run(const Options& options) {
@@ -357,24 +255,24 @@ int run(const Options& options) {
     }
   }
 
-  DenialWatch watch;
-  command.in_directory(policy.workspace_root).on_output([&watch](dsh::CommandStream stream, std::string_view bytes) {
-    watch(stream, bytes);
-  });
+  dsh::DenialScanner scanner = fence.denial_scanner(policy.workspace_root);
+  command.in_directory(policy.workspace_root).on_output(Relay(scanner));
   std::cout.flush();
   const int status = command.run(fence);
-  const std::optional<Denial> denial = watch.first_denial();
+  scanner.finish();
 
-  if (denial && policy.mode != dsh::SandboxMode::danger_full_access) {
+  // A refused write (the fence's, never an ordinary failure): the line that reported it, and
+  // the retry the owner's narrowest escalation choice allowing every refused path gives.
+  if (scanner.denied()) {
     std::cerr << program_name << ": denied by the " << dsh::to_string(policy.mode)
-              << " file policy (Landlock fence): " << (denial->cut ? "..." : "") << denial->line << "\n";
-    const std::optional<std::string> path = denial->cut ? std::nullopt : denied_path(denial->line);
-    const std::optional<dsh::SandboxMode> wider =
-        wider_mode(policy, path, owner.escalationChoices(log, dsh::Family::bash));
-    if (wider) {
+              << " file policy (Landlock fence): " << (scanner.first_line_cut() ? "..." : "") << scanner.first_line()
+              << "\n";
+    const dsh::RetryAdvice advice =
+        dsh::retry_advice(policy, owner.escalationChoices(log, dsh::Family::bash), scanner.paths());
+    if (advice.retry_mode) {
       std::cerr << program_name
                 << ": if this change is required, ask for approval and re-run with a wider mode: " << program_name
-                << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(*wider)
+                << " --log " << shell_quote(options.log) << " --approved " << dsh::to_string(*advice.retry_mode)
                 << (options.isolation == dsh::Isolation::best_effort
                         ? std::string()
                         : " --isolation " + std::string(dsh::to_string(options.isolation)))

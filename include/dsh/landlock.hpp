@@ -16,6 +16,8 @@
 // the guards, the child's steps, the supervisor and the builder are in <dsh/detail/>.
 #pragma once
 
+#include <dsh/command_output.hpp>
+#include <dsh/denials.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/unique_fd.hpp>
@@ -550,6 +552,7 @@ public:
     PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
     fence.add_namespace_layer(policy, options, environment,
                               detail::protected_entries(policy.workspace_root, policy.protected_paths));
+    fence.policy_ = policy;
     return fence;
   }
 
@@ -560,6 +563,7 @@ public:
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
     PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
     fence.add_namespace_layer(policy, options, environment, scan);
+    fence.policy_ = policy;
     return fence;
   }
 
@@ -599,6 +603,29 @@ public:
 
   /// What the fence enforces (status, mode, ABI, handled rights, grants).
   [[nodiscard]] const FenceReport& report() const noexcept { return report_; }
+
+  /// The policy the fence was prepared for.
+  [[nodiscard]] const ResolvedPolicy& policy() const noexcept { return policy_; }
+
+  /// Returns a scanner of the stderr of a command run under this fence from `directory`, which
+  /// finds the writes the fence refused (docs/enforcement.md#denials): the policy's predicate, the
+  /// directories granted beyond the workspace root, and whether the fence restricts writes at
+  /// all (Landlock enforced, or a row of the namespace layer applied). Throws only
+  /// std::bad_alloc.
+  [[nodiscard]] DenialScanner denial_scanner(std::filesystem::path directory) const {
+    std::vector<std::filesystem::path> granted;
+    for (const FenceGrant& grant : report_.grants) {
+      if (grant.path != policy_.workspace_root) {
+        granted.push_back(grant.path);
+      }
+    }
+    bool restricts = report_.status == FenceStatus::enforced;
+    for (const FenceLayer& layer : report_.layers) {
+      restricts = restricts || layer.applied;
+    }
+    return {policy_, std::move(granted), std::move(directory),
+            restricts && report_.mode != SandboxMode::danger_full_access};
+  }
 
   /// Enters the fence in the calling thread and, after exec, everything it starts.
   ///
@@ -747,6 +774,7 @@ private:
   }
 
   FenceReport report_;
+  ResolvedPolicy policy_{};
   UniqueFd ruleset_;
   detail::OwnedDirectory temporary_;                     // a fence without a session owns its temporary directory
   std::vector<detail::SyscallFilterInstruction> filter_; // for a command in its own IPC namespace
@@ -770,7 +798,8 @@ public:
       : pid_(std::exchange(other.pid_, -1)), control_(std::move(other.control_)), out_(std::move(other.out_)),
         err_(std::move(other.err_)), sink_(std::move(other.sink_)), program_(std::move(other.program_)),
         report_(other.report_), report_bytes_(other.report_bytes_), status_(other.status_),
-        timed_out_(other.timed_out_) {}
+        timed_out_(other.timed_out_), in_(std::move(other.in_)), input_(std::move(other.input_)),
+        input_done_(other.input_done_) {}
   /// Ends this call (as the destructor does), then takes `other`'s.
   FencedChild& operator=(FencedChild&& other) noexcept {
     if (this != &other) {
@@ -785,6 +814,9 @@ public:
       report_bytes_ = other.report_bytes_;
       status_ = other.status_;
       timed_out_ = other.timed_out_;
+      in_ = std::move(other.in_);
+      input_ = std::move(other.input_);
+      input_done_ = other.input_done_;
     }
     return *this;
   }
@@ -859,6 +891,20 @@ private:
     return true;
   }
 
+  /// Writes the next part of the command's stdin (`in_` is non-blocking); closes `in_` when
+  /// all of it is written, or the command closed its end (EPIPE, without SIGPIPE).
+  void feed_input() noexcept {
+    const std::size_t size = std::min<std::size_t>(input_.size() - input_done_, 65536);
+    const ::ssize_t wrote = detail::write_some_without_sigpipe(in_.get(), input_.data() + input_done_, size);
+    if (wrote < 0 && (errno == EINTR || errno == EAGAIN)) {
+      return;
+    }
+    input_done_ += wrote > 0 ? static_cast<std::size_t>(wrote) : 0;
+    if (wrote < 0 || input_done_ == input_.size()) {
+      in_.reset();
+    }
+  }
+
   /// Ends the call without relaying and reaps the supervisor; noexcept.
   void abandon() noexcept {
     if (pid_ > 0) {
@@ -885,6 +931,9 @@ private:
   std::size_t report_bytes_ = 0;
   int status_ = -1;
   bool timed_out_ = false;
+  UniqueFd in_;                // the host's end of the command's stdin while `input_` is written; else closed
+  std::string input_;          // the bytes for the command's stdin
+  std::size_t input_done_ = 0; // how many of them are written
 };
 
 /// A command to run under a fence: its argv is built and its program found through $PATH
@@ -1111,7 +1160,35 @@ public:
   /// missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required; on other systems always);
   /// std::system_error when socketpair/pipe/fork fail or the program could not be executed.
   /// Nothing is left running when it throws.
-  [[nodiscard]] FencedChild spawn(const PreparedFence& fence) const {
+  [[nodiscard]] FencedChild spawn(const PreparedFence& fence) const { return start(fence, sink_, {}); }
+
+  /// `spawn(fence)`, then `wait()`: relays the output and returns the exit status as the
+  /// shell reports it (`timed_out_exit_code` when the time limit ended the call).
+  [[nodiscard]] int run(const PreparedFence& fence) const { return spawn(fence).wait(); }
+
+  /// Runs the command under `fence` as `run` does, with its stdout and stderr captured instead
+  /// of relayed (each cut at `options.max_bytes`, the rest read and dropped) and
+  /// `options.stdin_bytes` as its stdin, and finds the writes the fence refused it in its stderr
+  /// (`PreparedFence::denial_scanner` from the command's directory: `in_directory`, else the
+  /// host's working directory). Returns the status, both streams, `truncated`, `denied` and the
+  /// denied paths (docs/enforcement.md#denials). Throws ConfigError when stdout or stderr is
+  /// redirected or the command runs on a terminal (there is nothing to capture then), and what
+  /// `spawn` and `FencedChild::wait` throw. Defined in <dsh/detail/capture_call.hpp>.
+  [[nodiscard]] CommandOutput capture(const PreparedFence& fence, CaptureOptions options = {}) const;
+
+  /// Waits for `pid` (retrying on EINTR); returns its exit code, or 128 + the signal number
+  /// when it was killed, or -1 when waitpid failed. For children started with
+  /// `exec_in_child`; a `FencedChild` has its own `wait()`.
+  [[nodiscard]] static int wait_for(::pid_t pid) noexcept {
+    const int status = FencedChild::reap(pid);
+    return status < 0 ? -1 : exit_status(status);
+  }
+
+private:
+  /// `spawn`, with `sink` receiving the output and, when `input` is not empty, a pipe as the
+  /// command's stdin that the child's `wait()` writes `input` to (instead of /dev/null or a
+  /// `redirect` of descriptor 0).
+  [[nodiscard]] FencedChild start(const PreparedFence& fence, OutputSink sink, std::string input) const {
 #if defined(__linux__)
     std::array<int, 2> control{-1, -1};
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control.data()) != 0) {
@@ -1123,10 +1200,20 @@ public:
     UniqueFd out_write;
     UniqueFd err_read;
     UniqueFd err_write;
+    UniqueFd in_read;
+    UniqueFd in_write;
     detail::StartPlan plan;
     plan.stdio = stdio_;
     plan.terminal = terminal_;
     plan.null_stdin = true;
+    if (!input.empty()) {
+      make_pipe(in_read, in_write);
+      // Non-blocking for the host alone: the command's end is another open file description.
+      if (::fcntl(in_write.get(), F_SETFL, O_NONBLOCK) != 0) {
+        throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: fcntl(O_NONBLOCK)");
+      }
+      plan.stdio[0] = in_read.get();
+    }
     if (plan.stdio[1] < 0) {
       make_pipe(out_read, out_write);
       plan.stdio[1] = out_write.get();
@@ -1145,7 +1232,10 @@ public:
     supervisor_end.reset();
     out_write.reset();
     err_write.reset();
-    FencedChild child(pid, std::move(host_end), std::move(out_read), std::move(err_read), sink_, program_);
+    in_read.reset();
+    FencedChild child(pid, std::move(host_end), std::move(out_read), std::move(err_read), std::move(sink), program_);
+    child.in_ = std::move(in_write);
+    child.input_ = std::move(input);
     detail::SupervisorReport report{};
     if (!child.read_report(report) || report.kind != detail::SupervisorReport::started) {
       const int status = FencedChild::reap(std::exchange(child.pid_, -1));
@@ -1154,25 +1244,14 @@ public:
     return child;
 #else
     (void)fence;
+    (void)sink;
+    (void)input;
     throw LandlockError("cannot run " + json_string_literal(program_) +
                         ": supervising a command's processes needs Linux (a child subreaper and "
                         "/proc/thread-self/children)");
 #endif
   }
 
-  /// `spawn(fence)`, then `wait()`: relays the output and returns the exit status as the
-  /// shell reports it (`timed_out_exit_code` when the time limit ended the call).
-  [[nodiscard]] int run(const PreparedFence& fence) const { return spawn(fence).wait(); }
-
-  /// Waits for `pid` (retrying on EINTR); returns its exit code, or 128 + the signal number
-  /// when it was killed, or -1 when waitpid failed. For children started with
-  /// `exec_in_child`; a `FencedChild` has its own `wait()`.
-  [[nodiscard]] static int wait_for(::pid_t pid) noexcept {
-    const int status = FencedChild::reap(pid);
-    return status < 0 ? -1 : exit_status(status);
-  }
-
-private:
   /// The shell's number for a waitpid status.
   [[nodiscard]] static int exit_status(int status) noexcept {
     if (WIFEXITED(status)) {
@@ -1527,7 +1606,10 @@ inline int FencedChild::wait() {
   detail::SupervisorReport& report = report_;
   std::size_t& report_bytes = report_bytes_;
   while (control_) {
-    std::array<pollfd, 3> ready{{{control_.get(), POLLIN, 0}, {out_.get(), POLLIN, 0}, {err_.get(), POLLIN, 0}}};
+    std::array<pollfd, 4> ready{{{control_.get(), POLLIN, 0},
+                                 {out_.get(), POLLIN, 0},
+                                 {err_.get(), POLLIN, 0},
+                                 {in_ ? in_.get() : -1, POLLOUT, 0}}};
     if (::poll(ready.data(), ready.size(), -1) < 0) {
       if (errno == EINTR) {
         continue;
@@ -1539,6 +1621,9 @@ inline int FencedChild::wait() {
     }
     if (ready[2].revents != 0) {
       relay(err_, CommandStream::err, buffer);
+    }
+    if (ready[3].revents != 0) {
+      feed_input();
     }
     if (ready[0].revents != 0) {
       const ::ssize_t got =
@@ -1556,6 +1641,7 @@ inline int FencedChild::wait() {
       }
     }
   }
+  in_.reset();
   // The call has ended and its processes are gone: take what they left in the pipes, but
   // never wait for more (a descriptor passed outside the call could keep a pipe open).
   for (UniqueFd* pipe : {&out_, &err_}) {
@@ -1586,6 +1672,7 @@ inline int FencedChild::wait() {
 
 } // namespace dsh
 
-// The builder of PreparedFence (declared in <dsh/detail/landlock_kernel.hpp>): it needs the
-// class complete.
+// The builder of PreparedFence (declared in <dsh/detail/landlock_kernel.hpp>) and
+// FencedCommand::capture: they need the classes complete.
+#include <dsh/detail/capture_call.hpp>
 #include <dsh/detail/fence_builder.hpp>

@@ -319,30 +319,37 @@ TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider 
   DSH_REQUIRE_LANDLOCK();
   const std::string hint = "if this change is required, ask for approval and re-run with a wider mode: "
                            "dsh-sandboxed-bash --log ";
-  // A denial naming a path inside the workspace, in workspace-write: the current mode is never
-  // offered again, only danger-full-access.
+  // A real denial in workspace-write (a write outside): the current mode is never offered again,
+  // only danger-full-access.
   {
     const Session session;
     session.switch_to(SandboxMode::workspace_write);
-    const std::string denial = "bash: line 1: inside.txt: Permission denied";
-    const Captured run = session.run({"--log", session.log_path.string(), "--", "echo \"" + denial + "\" >&2; false"});
+    const std::string outside = (session.lab.outside() / "out.txt").string();
+    const Captured run = session.run({"--log", session.log_path.string(), "--", "touch", outside});
     CHECK(run.exit_code == 1);
+    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
     CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
                          "\n" + prefix + hint + session.quoted_log() +
-                         " --approved danger-full-access --isolation off -- 'echo \"" + denial + "\" >&2; false'\n");
+                         " --approved danger-full-access --isolation off -- 'touch' '" + outside + "'\n");
+    CHECK(read_file(outside) == "<missing>");
   }
-  // The same denial in a read-only session whose call was approved workspace-write: the approval
-  // is not offered again, although workspace-write would allow that path.
-  {
+  // A line that only looks like a denial, naming a path the call's policy allows (workspace-write
+  // from the session, or from an approval in a read-only session): no denial, no retry.
+  for (const bool approved : {false, true}) {
     const Session session;
+    if (!approved) {
+      session.switch_to(SandboxMode::workspace_write);
+    }
     const std::string denial = "bash: line 1: inside.txt: Permission denied";
     const std::string command = "echo \"" + denial + "\" >&2; false";
-    const Captured run =
-        session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", command});
+    std::vector<std::string> arguments{"--log", session.log_path.string()};
+    if (approved) {
+      arguments.insert(arguments.end(), {"--approved", "workspace-write"});
+    }
+    arguments.insert(arguments.end(), {"--", command});
+    const Captured run = session.run(arguments);
     CHECK(run.exit_code == 1);
-    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
-                         "\n" + prefix + hint + session.quoted_log() +
-                         " --approved danger-full-access --isolation off -- '" + command + "'\n");
+    CHECK(run.err == denial + "\n");
   }
   // A read-only session whose call was approved workspace-write, refused a write outside: the
   // hint asks for more than the approval already gave.
@@ -445,7 +452,7 @@ TEST_CASE("dsh-sandboxed-bash: a denial at the end of a line longer than the wat
   CHECK(run.out.empty());
   const std::string denial = "bash: line 1: inside.txt: Permission denied";
   const std::string kept = std::string(16384 - denial.size(), 'x') + denial; // the last 16 KiB of the line
-  // The cut line's path is not trusted, so the hint is the narrowest wider mode.
+  // The kept tail still names the path after the cut, so the hint is the mode that allows it.
   CHECK(run.err == std::string(1048576, 'x') + denial + "\n" + prefix +
                        "denied by the read-only file policy (Landlock fence): ..." + kept + "\n" + prefix +
                        "if this change is required, ask for approval and re-run with a wider mode: "

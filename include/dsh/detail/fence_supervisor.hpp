@@ -84,6 +84,30 @@ inline void kill_listed_children(int list) noexcept {
   return ok;
 }
 
+/// One write(2) of at most `size` bytes to `fd`, without letting a closed pipe raise SIGPIPE
+/// in the calling process (as `write_without_sigpipe`); returns what write returned, with errno.
+[[nodiscard]] inline ::ssize_t write_some_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+  sigset_t pipe_only;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  sigset_t previous;
+  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
+    return -1;
+  }
+  sigset_t pending;
+  ::sigemptyset(&pending);
+  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  const ::ssize_t wrote = ::write(fd, data, size);
+  const int error = errno;
+  if (wrote < 0 && error == EPIPE && !was_pending) {
+    const timespec no_wait{};
+    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = error;
+  return wrote;
+}
+
 /// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
 /// the controlling terminal (-1: none), whether stdin defaults to /dev/null, and supersets of
 /// the bounding and ambient capability sets it starts with (all ones: not known).
