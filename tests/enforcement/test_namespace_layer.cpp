@@ -301,6 +301,63 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
   }
 }
 
+TEST_CASE("a workspace beneath /tmp keeps the host's /tmp in view in every mode, so the call still works there") {
+  DSH_REQUIRE_LANDLOCK();
+  const dsh::test::TempDir host_tmp("/tmp");
+  REQUIRE(::chmod(host_tmp.path().c_str(), 0755) == 0);
+  const std::filesystem::path workspace = dsh::canonical_path(host_tmp.path()) / "ws";
+  std::filesystem::create_directory(workspace);
+  write_file(workspace / "readme", "hello\n");
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    REQUIRE(::chown(workspace.c_str(), dsh::test::uid_of_host(unprivileged), dsh::test::uid_of_host(unprivileged)) ==
+            0);
+    const std::string seen = as_host({unprivileged, false}, [&]() -> std::string {
+      std::string text;
+      for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+        dsh::ResolvedPolicy policy;
+        policy.mode = mode;
+        policy.workspace_root = workspace;
+        FenceOptions options; // no session, as dsh-fence-run prepares: only the root says where the work is
+        options.isolation = Isolation::best_effort;
+        const PreparedFence fence = PreparedFence::prepare(policy, options);
+        for (const dsh::FenceLayer& layer : fence.report().layers) {
+          if (!layer.applied) {
+            text += layer.name + ": not applied: " + layer.reason + "\n";
+          }
+        }
+        const dsh::test::Shell call =
+            dsh::test::shell(fence, "cat readme && echo new > new; echo \"status $?\"", workspace);
+        text += std::string(dsh::to_string(mode)) + ": " + call.out + call.err;
+        std::error_code ignored;
+        std::filesystem::remove(workspace / "new", ignored); // the fence removes its own temporary directory
+        options.isolation = Isolation::required;
+        try {
+          (void)PreparedFence::prepare(policy, options);
+          text += "required: prepared\n";
+        } catch (const LandlockError& error) {
+          const std::string what = error.what();
+          text += "required: " + what.substr(what.find("but ")) + "\n";
+        }
+      }
+      return text;
+    });
+    const std::string quoted_root = json_string_literal(workspace.native());
+    // In read-only the root is no grant: before, /tmp became an empty view and the call could not
+    // even enter its working directory.
+    const auto problem = [&](std::string_view what) {
+      return std::string(what) + " " + quoted_root + " lies beneath \"/tmp\"";
+    };
+    const std::string row = "/tmp, /var/tmp, /dev/shm: not applied: ";
+    const std::string required = "required: but /tmp, /var/tmp, /dev/shm cannot be replaced: ";
+    CHECK(seen == row + problem("the workspace root") +
+                      "\nread-only: hello\nstatus 1\nbash: line 1: new: Read-only file system\n" + required +
+                      problem("the workspace root") + "; nothing runs\n" + row + problem("the granted directory") +
+                      "\nworkspace-write: hello\nstatus 0\n" + required + problem("the granted directory") +
+                      "; nothing runs\n");
+  }
+}
+
 TEST_CASE("a session log beside the workspace is hidden alone: it cannot be opened, locked or re-moded") {
   DSH_REQUIRE_LANDLOCK();
   for (const bool unprivileged : {false, true}) {

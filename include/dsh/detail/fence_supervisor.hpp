@@ -17,7 +17,7 @@ struct SupervisorReport {
   int stage = 0;               ///< failed: a ChildStage
   int error = 0;               ///< failed: errno; ended: the exit status
   int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
-  std::array<char, 48> step{}; ///< failed: the call, truncated
+  std::array<char, 96> step{}; ///< failed: the call, truncated (every step the library names fits)
 };
 
 /// How a supervised call ended.

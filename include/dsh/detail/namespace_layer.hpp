@@ -574,8 +574,9 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     }
   }
 
-  // The temporary areas: replaced unless a grant or the session cwd lies beneath one (it would
-  // vanish from the view).
+  // The temporary areas: replaced unless the workspace root (in every mode: a read-only
+  // command still works and reads there), a grant or the session cwd lies beneath one (it
+  // would vanish from the view).
   std::string temporary_problem;
   for (const char* area : {"/tmp", "/var/tmp"}) {
     struct stat info {};
@@ -590,6 +591,10 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     if (std::find(plan.temporary_targets.begin(), plan.temporary_targets.end(), canonical.native()) !=
         plan.temporary_targets.end()) {
       continue;
+    }
+    if (!policy.workspace_root.empty() && is_within(policy.workspace_root, canonical)) {
+      temporary_problem = "the workspace root " + json_string_literal(policy.workspace_root.native()) +
+                          " lies beneath " + json_string_literal(canonical.native());
     }
     for (const std::string& grant : plan.writable) {
       if (grant != report.temporary_directory.native() && is_within(grant, canonical)) {
