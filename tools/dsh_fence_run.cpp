@@ -220,7 +220,7 @@ int run(const Request& request) {
   std::optional<dsh::FencedChild> child;
   try {
     child.emplace(command.spawn(fence));
-  } catch (const std::system_error& error) {
+  } catch (const dsh::SystemError& error) {
     // The supervisor reports an exec that found no program as ENOENT; nothing ran.
     return not_run(std::string("not run: ") + error.what(), error.code() == std::errc::no_such_file_or_directory
                                                                 ? dsh::FencedCommand::not_found_exit_code

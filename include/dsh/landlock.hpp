@@ -833,7 +833,7 @@ public:
   /// Returns the exit code, 128 + the signal number when the command was killed,
   /// `FencedCommand::timed_out_exit_code` (124) when the time limit ended it; the same value
   /// on later calls. Throws LandlockError when the supervisor itself died before reporting
-  /// (then processes the command detached may have survived), std::system_error when poll
+  /// (then processes the command detached may have survived), dsh::SystemError when poll
   /// fails, and whatever the sink throws (the call is then still running: destroy or wait).
   int wait();
 
@@ -1158,7 +1158,7 @@ public:
   /// Throws LandlockError when the child could not apply the fence or drop its capabilities,
   /// or the supervisor cannot watch the command's processes (/proc/thread-self/children is
   /// missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required; on other systems always);
-  /// std::system_error when socketpair/pipe/fork fail or the program could not be executed.
+  /// dsh::SystemError when socketpair/pipe/fork fail or the program could not be executed.
   /// Nothing is left running when it throws.
   [[nodiscard]] FencedChild spawn(const PreparedFence& fence) const { return start(fence, sink_, {}); }
 
@@ -1192,7 +1192,7 @@ private:
 #if defined(__linux__)
     std::array<int, 2> control{-1, -1};
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control.data()) != 0) {
-      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: socketpair");
+      throw SystemError(errno, "FencedCommand::spawn: socketpair");
     }
     UniqueFd host_end{control[0]};
     UniqueFd supervisor_end{control[1]};
@@ -1210,7 +1210,7 @@ private:
       make_pipe(in_read, in_write);
       // Non-blocking for the host alone: the command's end is another open file description.
       if (::fcntl(in_write.get(), F_SETFL, O_NONBLOCK) != 0) {
-        throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: fcntl(O_NONBLOCK)");
+        throw SystemError(errno, "FencedCommand::spawn: fcntl(O_NONBLOCK)");
       }
       plan.stdio[0] = in_read.get();
     }
@@ -1224,7 +1224,7 @@ private:
     }
     const ::pid_t pid = ::fork();
     if (pid < 0) {
-      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: fork");
+      throw SystemError(errno, "FencedCommand::spawn: fork");
     }
     if (pid == 0) {
       supervise(fence, plan, supervisor_end.get());
@@ -1288,7 +1288,7 @@ private:
 #else
     if (::pipe(ends.data()) != 0) {
 #endif
-      throw std::system_error(errno, std::generic_category(), "FencedCommand::spawn: pipe");
+      throw SystemError(errno, "FencedCommand::spawn: pipe");
     }
     reader.reset(ends[0]);
     writer.reset(ends[1]);
@@ -1559,9 +1559,8 @@ private:
                                         int status) const {
     const std::string what = "cannot run " + json_string_literal(program_);
     if (report.kind != detail::SupervisorReport::failed) {
-      throw std::system_error(ECHILD, std::generic_category(),
-                              what + ": its supervisor ended before starting it (wait status " +
-                                  std::to_string(status) + ")");
+      throw SystemError(ECHILD, what + ": its supervisor ended before starting it (wait status " +
+                                    std::to_string(status) + ")");
     }
     const std::string step(report.step.data());
     const std::string under = what + " under the " + std::string(to_string(fence.report().mode)) + " fence: ";
@@ -1578,11 +1577,11 @@ private:
       throw LandlockError(what + ": its processes cannot be supervised, so nothing would end them with the call: " +
                           step + " failed: " + std::strerror(report.error));
     case detail::ChildStage::setup:
-      throw std::system_error(report.error, std::generic_category(), what + ": " + step + " failed");
+      throw SystemError(report.error, what + ": " + step + " failed");
     case detail::ChildStage::exec:
       break;
     }
-    throw std::system_error(report.error, std::generic_category(), what);
+    throw SystemError(report.error, what);
   }
 
   std::vector<std::string> args_;
@@ -1614,7 +1613,7 @@ inline int FencedChild::wait() {
       if (errno == EINTR) {
         continue;
       }
-      throw std::system_error(errno, std::generic_category(), "FencedChild::wait: poll");
+      throw SystemError(errno, "FencedChild::wait: poll");
     }
     if (ready[1].revents != 0) {
       relay(out_, CommandStream::out, buffer);

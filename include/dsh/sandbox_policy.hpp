@@ -20,6 +20,7 @@
 #include <dsh/detail/last_event.hpp>
 #include <dsh/detail/protected_paths.hpp>
 #include <dsh/detail/session_concepts.hpp>
+#include <dsh/errors.hpp>
 #include <dsh/version.hpp>
 
 #include <algorithm>
@@ -56,44 +57,8 @@
 
 namespace dsh {
 
-// ---------------------------------------------------------------------------------------------
-// Errors
-// ---------------------------------------------------------------------------------------------
-
-/// The base of every error this library throws on purpose, so a host can catch them all in one
-/// place. Its derived types say what kind of input was refused.
-class Error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
-
-/// Invalid configuration, vocabulary or argument: the message names the input, what was
-/// expected and what was found.
-class ConfigError : public Error {
-public:
-  using Error::Error;
-};
-
-/// A forged `sandbox/mode` event; `what()` is exactly the failure text of `validate_event`.
-class InvariantViolation : public Error {
-public:
-  using Error::Error;
-};
-
-/// The protected paths of a writable root cannot be known (docs/enforcement.md#protected-paths):
-/// a `.git` pointer or `commondir` file that does not name a git directory, a symbolic link on
-/// the way to a protected path, a path that cannot be examined. The message names the path,
-/// the expectation and what was found; `code()` is the system call's error when one failed.
-class ProtectedPathError : public Error {
-public:
-  /// An error with `message`, and `code` when a system call failed.
-  explicit ProtectedPathError(const std::string& message, std::error_code code = {}) : Error(message), code_(code) {}
-  /// Returns the failed system call's error, or an empty code.
-  [[nodiscard]] std::error_code code() const noexcept { return code_; }
-
-private:
-  std::error_code code_;
-};
+// Errors: <dsh/errors.hpp> (Error, ConfigError, InvariantViolation, ProtectedPathError,
+// SystemError), included above so that the base headers below this one can throw them too.
 
 // ---------------------------------------------------------------------------------------------
 // Vocabulary
@@ -424,7 +389,7 @@ private:
 /// When the whole path exists this costs an open(O_PATH), a readlink of /proc/self/fd/N and a
 /// close whatever its depth (realpath(3) where the kernel cannot answer so). Never fails for a
 /// path that cannot be examined (it uses as much identity as it can obtain); a path holding a
-/// NUL character is normalized lexically only. Throws std::system_error only when `path` is relative and the
+/// NUL character is normalized lexically only. Throws dsh::SystemError only when `path` is relative and the
 /// process working directory cannot be read.
 [[nodiscard]] inline std::filesystem::path canonical_path(const std::filesystem::path& path) {
   return detail::canonical_native(path.native());
@@ -549,7 +514,7 @@ public:
   /// Validates the configuration and canonicalizes the fallback root once. Throws ConfigError
   /// for a mode outside the enum, an empty root or one holding NUL, an invalid host label, or
   /// invalid protected-path rules (as `PolicyConfig::from_json` names them);
-  /// std::system_error when the root is relative (or absent) and the working directory cannot be read.
+  /// dsh::SystemError when the root is relative (or absent) and the working directory cannot be read.
   explicit PolicyOwner(PolicyConfig config = {})
       : default_mode_(config.mode), workspace_root_(canonical_root(config.workspace_root)),
         host_label_(std::move(config.host_label)), protected_paths_(std::move(config.protected_paths)),

@@ -2,7 +2,7 @@
 // EXDEV), a file the write tools never write (EPERM, EISDIR), or the system call that failed.
 #pragma once
 
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/errors.hpp>
 
 #include <string>
 #include <system_error>
@@ -10,18 +10,12 @@
 namespace dsh {
 
 /// Thrown by `open_beneath`, `open_for_write`, `write_file` and `create_directories`. A
-/// `dsh::Error` like every error this library throws on purpose; `code()` is the errno behind it
-/// (EACCES when the policy refuses the write, EXDEV when a path resolves outside the root), and
-/// the message names the path, and for a refusal the mode and the root.
-class WriteError : public Error {
+/// `dsh::SystemError`, so a `dsh::Error` like every error this library throws on purpose; `code()` is the errno behind
+/// it (EACCES when the policy refuses the write, EXDEV when a path resolves outside the root), and the message names
+/// the path, and for a refusal the mode and the root.
+class WriteError : public SystemError {
 public:
-  /// Builds the error for `code` with `message`.
-  WriteError(std::error_code code, const std::string& message) : Error(message + ": " + code.message()), code_(code) {}
-  /// The system error behind it.
-  [[nodiscard]] const std::error_code& code() const noexcept { return code_; }
-
-private:
-  std::error_code code_;
+  using SystemError::SystemError;
 };
 
 } // namespace dsh

@@ -508,7 +508,7 @@ TEST_CASE("FencedCommand resolves the program before fork and reports exec failu
   try {
     (void)missing.spawn(fence);
     FAIL("spawn did not throw");
-  } catch (const std::system_error& error) {
+  } catch (const dsh::SystemError& error) {
     CHECK(error.code() == std::errc::no_such_file_or_directory);
   }
   const dsh::FencedCommand sh({"sh", "-c", "exit 7"});

@@ -6,10 +6,13 @@
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
+#include <dsh/write_file.hpp>
 
 #include <cerrno>
+#include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +22,8 @@ static_assert(std::is_base_of_v<dsh::Error, dsh::InvariantViolation>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::ProtectedPathError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LogError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LandlockError>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::SystemError>);
+static_assert(std::is_base_of_v<dsh::SystemError, dsh::WriteError>);
 
 namespace {
 
@@ -56,4 +61,41 @@ TEST_CASE("each error type is caught as dsh::Error with its own message", "[erro
 
   CHECK(caught_as_error([] { (void)dsh::FencedCommand(std::vector<std::string>{}); }) ==
         "FencedCommand: argv must name a program, got an empty argv");
+}
+
+TEST_CASE("system failures are dsh::SystemError with their code, and a write refusal is one too", "[errors]") {
+  // The process working directory removed: a relative path has no base.
+  const dsh::test::TempDir dir;
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::create_directory(dir / "gone");
+  std::filesystem::current_path(dir / "gone");
+  std::filesystem::remove(dir / "gone");
+  std::error_code code;
+  std::string message;
+  try {
+    (void)dsh::canonical_path("relative");
+  } catch (const dsh::Error& error) {
+    message = error.what();
+    code = dynamic_cast<const dsh::SystemError&>(error).code();
+  }
+  std::filesystem::current_path(before);
+  CHECK(code == std::errc::no_such_file_or_directory);
+  CHECK(message == "dsh: cannot read the process working directory: No such file or directory");
+
+  // A program that cannot be started: the start failure's code.
+  const dsh::PreparedFence fence = dsh::PreparedFence::prepare(dsh::ResolvedPolicy{
+      dsh::SandboxMode::danger_full_access, dir.path(), dsh::ModeSource::approved, dsh::RootSource::deployment});
+  try {
+    (void)dsh::FencedCommand({"/nonexistent/dsh-no-such-program"}).spawn(fence);
+    FAIL("spawn did not throw");
+  } catch (const dsh::SystemError& error) {
+    CHECK(error.code() == std::errc::no_such_file_or_directory);
+  }
+
+  // The read-only policy's own refusal, caught as dsh::Error.
+  const dsh::ResolvedPolicy read_only{dsh::SandboxMode::read_only, dir.path(), dsh::ModeSource::deployment,
+                                      dsh::RootSource::deployment};
+  CHECK(caught_as_error([&] { dsh::write_file(read_only, dir / "a.txt", "x"); }).find("read-only") !=
+        std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "a.txt"));
 }

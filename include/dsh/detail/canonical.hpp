@@ -4,6 +4,8 @@
 /// whether one canonical path lies within another.
 #pragma once
 
+#include <dsh/errors.hpp>
+
 #include <array>
 #include <cerrno>
 #include <climits>
@@ -21,17 +23,16 @@
 
 namespace dsh::detail {
 
-/// Returns the process working directory, an absolute path; throws std::system_error when it
+/// Returns the process working directory, an absolute path; throws dsh::SystemError when it
 /// cannot be read (for example after it was removed) or is not an absolute path, because
 /// guessing a base would widen a relative root.
 [[nodiscard]] inline std::string current_directory() {
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   if (::getcwd(buffer.data(), buffer.size()) == nullptr) {
-    throw std::system_error(errno, std::generic_category(), "dsh: cannot read the process working directory");
+    throw SystemError(errno, "dsh: cannot read the process working directory");
   }
   if (buffer[0] != '/') { // a C library that reports an unreachable directory by name
-    throw std::system_error(ENOENT, std::generic_category(),
-                            "dsh: the process working directory is not an absolute path");
+    throw SystemError(ENOENT, "dsh: the process working directory is not an absolute path");
   }
   return std::string(buffer.data());
 }

@@ -6,6 +6,7 @@
 
 #include <dsh/detail/canonical.hpp>
 #include <dsh/detail/posix.hpp>
+#include <dsh/errors.hpp>
 #include <dsh/unique_fd.hpp>
 
 #include <algorithm>
@@ -83,20 +84,20 @@ struct FilesystemLocation {
   return mounts;
 }
 
-/// Reads the text of this process's /proc/self/mountinfo. Throws std::system_error naming the
+/// Reads the text of this process's /proc/self/mountinfo. Throws dsh::SystemError naming the
 /// file when it cannot be read: without it a bind mount could show a guarded file beneath a
 /// grant unseen.
 [[nodiscard]] inline std::string read_mount_text() {
   const UniqueFd file{::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)};
   if (!file) {
-    throw std::system_error(errno, std::generic_category(), "dsh: cannot read /proc/self/mountinfo");
+    throw SystemError(errno, "dsh: cannot read /proc/self/mountinfo");
   }
   std::string text;
   std::array<char, 16384> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   for (;;) {
     const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(file.get(), buffer.data(), buffer.size()); });
     if (got < 0) {
-      throw std::system_error(errno, std::generic_category(), "dsh: cannot read /proc/self/mountinfo");
+      throw SystemError(errno, "dsh: cannot read /proc/self/mountinfo");
     }
     if (got == 0) {
       break;

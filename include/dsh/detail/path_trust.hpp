@@ -190,7 +190,7 @@ inline void push_front_components(std::deque<std::string>& pending, const std::f
   if (!path.is_absolute()) {
     try {
       push_front_components(pending, current_directory());
-    } catch (const std::system_error& error) {
+    } catch (const SystemError& error) {
       return "cannot examine the working directory: " + error.code().message();
     }
   }

@@ -2,12 +2,13 @@
 /// The row index of an open session log: where each row begins, in about 4 bytes a row.
 #pragma once
 
+#include <dsh/errors.hpp>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,10 +40,11 @@ public:
     return block.base + block.distances[index - block.first_row];
   }
 
-  /// Returns where row `index` begins; throws std::out_of_range unless `index < size()`.
+  /// Returns where row `index` begins; throws dsh::ConfigError unless `index < size()`.
   [[nodiscard]] std::uint64_t at(std::size_t index) const {
     if (index >= size_) {
-      throw std::out_of_range("row index " + std::to_string(index) + " is past the last row");
+      throw ConfigError("row index " + std::to_string(index) + ": expected an index below the row count " +
+                        std::to_string(size_));
     }
     return (*this)[index];
   }

@@ -7,6 +7,8 @@
 /// installer a child calls between fork and exec; the kernel probe.
 #pragma once
 
+#include <dsh/errors.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -14,7 +16,6 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -511,7 +512,7 @@ public:
   /// Ends the filter with seccomp action `action`.
   void give(std::uint32_t action) { emit(BPF_RET | BPF_K, action); }
 
-  /// The program with every jump resolved. Throws std::logic_error when a label was never placed,
+  /// The program with every jump resolved. Throws dsh::Error when a label was never placed,
   /// a jump goes backwards, or a conditional jump is longer than its 8-bit offset allows.
   [[nodiscard]] std::vector<SyscallFilterInstruction> finish() && {
     for (const Jump& jump : jumps_) {
@@ -522,8 +523,8 @@ public:
       const std::size_t yes = distance(jump.at, jump.yes);
       const std::size_t no = distance(jump.at, jump.no);
       if (yes > 255 || no > 255) {
-        throw std::logic_error("the system-call filter: a conditional jump of " + std::to_string(std::max(yes, no)) +
-                               " instructions at " + std::to_string(jump.at) + " exceeds 255");
+        throw Error("the system-call filter: a conditional jump of " + std::to_string(std::max(yes, no)) +
+                    " instructions at " + std::to_string(jump.at) + " exceeds 255");
       }
       code_[jump.at].jt = static_cast<std::uint8_t>(yes);
       code_[jump.at].jf = static_cast<std::uint8_t>(no);
@@ -549,8 +550,8 @@ private:
   [[nodiscard]] std::size_t distance(std::size_t at, Label label) const {
     const std::size_t target = targets_[label];
     if (target == unplaced || target <= at) {
-      throw std::logic_error("the system-call filter: a jump at " + std::to_string(at) +
-                             " to a label that is unplaced or not after it");
+      throw Error("the system-call filter: a jump at " + std::to_string(at) +
+                  " to a label that is unplaced or not after it");
     }
     return target - at - 1;
   }
@@ -644,8 +645,7 @@ inline void emit_check(FilterAssembler& code, const SyscallRuleRow& row, std::st
     when_argument_is(code, 1, {tiocnotty}, refuse, allow, false);
     break;
   default:
-    throw std::logic_error("the system-call filter: no check emits code for row \"" + std::string(row.rule.calls) +
-                           "\"");
+    throw Error("the system-call filter: no check emits code for row \"" + std::string(row.rule.calls) + "\"");
   }
 }
 
@@ -783,7 +783,7 @@ inline void emit_rules(FilterAssembler& code, SyscallAbi abi, bool wide, bool re
 /// `refuse_sysv_ipc` adds the IPC rows (pass false when the command has an IPC namespace of its
 /// own); `terminal` the terminal rows (pass true when the command runs on its own terminal with
 /// /dev/tty granted, FenceOptions::terminal). Allocates; throws std::bad_alloc, or
-/// std::logic_error if the program could not be laid out (a defect, never input).
+/// dsh::Error if the program could not be laid out (a defect, never input).
 [[nodiscard]] inline std::vector<SyscallFilterInstruction>
 build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sysv_ipc, bool terminal = false) {
   FilterAssembler code;
