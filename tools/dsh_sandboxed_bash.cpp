@@ -217,15 +217,19 @@ int run(const Options& options) {
   const dsh::Disposer enforced = owner.registerEnforcedFamily(dsh::Family::bash);
   const dsh::Disposer escalatable = owner.registerEscalatableFamily(dsh::Family::bash);
 
-  // An approval must widen this call: one that is not strictly wider than the session's mode is
-  // refused before anything runs.
+  // An approval must widen this call: the owner's checked resolve refuses one that is not
+  // strictly wider than the session's mode, before anything runs.
+  dsh::ResolvedPolicy policy;
   if (options.approved) {
-    if (const std::optional<std::string> refusal = owner.validateApproval(log, dsh::Family::bash, *options.approved)) {
-      std::cerr << program_name << ": --approved refused: " << *refusal << "\n";
+    try {
+      policy = owner.resolveApproved(log, dsh::Family::bash, *options.approved);
+    } catch (const dsh::ConfigError& refusal) {
+      std::cerr << program_name << ": --approved refused: " << refusal.what() << "\n";
       return 2;
     }
+  } else {
+    policy = owner.resolve(log);
   }
-  const dsh::ResolvedPolicy policy = owner.resolve(log, options.approved);
   // What decides the next call (this log, the workspace as the header spells it) must stay
   // out of the command's reach; prepare refuses a workspace grant that would expose it.
   dsh::FenceOptions fence_options;
