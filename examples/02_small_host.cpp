@@ -223,10 +223,10 @@ int main() try {
   dsh::CaptureOptions input;
   input.stdin_bytes = "b\na\nc\n";
   show("bash (stdin \"b\\na\\nc\\n\"): sort | tee sorted.txt", host.bash("sort | tee sorted.txt", std::nullopt, input));
-  show("bash: echo shared > ../shared.txt", host.bash("echo shared > ../shared.txt"));
-  show("write ../shared.txt", host.write("../shared.txt", "shared\n"));
-  show("bash, approved danger-full-access: echo shared > ../shared.txt && cat ../shared.txt",
-       host.bash("echo shared > ../shared.txt && cat ../shared.txt", dsh::SandboxMode::danger_full_access));
+  show("bash: echo beside > ../beside.txt", host.bash("echo beside > ../beside.txt"));
+  show("write ../beside.txt", host.write("../beside.txt", "beside\n"));
+  show("bash, approved danger-full-access: echo beside > ../beside.txt && cat ../beside.txt",
+       host.bash("echo beside > ../beside.txt && cat ../beside.txt", dsh::SandboxMode::danger_full_access));
   show("terminal: tty, stty size, a write inside and one outside",
        host.terminal("tty -s && echo on a terminal; stty size; echo typed > typed.txt && cat typed.txt; "
                      "touch ../outside.txt"));
