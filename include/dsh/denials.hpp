@@ -32,17 +32,21 @@ namespace dsh {
 /// write there, and the host's own permissions do, so the fence, not the file's mode, stopped
 /// it. Precision comes first: a line whose path it cannot name or confirm is not a denial.
 ///
-/// Memory stays bounded whatever the command writes: of a line it keeps the last `line_limit`
-/// bytes (a path found at the start of a longer line's kept tail is not used), it examines at
-/// most `max_examined` lines that end in a reason, and it keeps at most `max_paths` paths.
+/// Memory and work stay bounded whatever the command writes: of a line it keeps the last
+/// `line_limit` bytes (a path found at the start of a longer line's kept tail is not used), it
+/// examines at most `max_examined` lines that end in a reason and the first `max_paths_per_line`
+/// paths of each, and it keeps at most `max_paths` paths.
 class DenialScanner {
 public:
   /// The most bytes of one line kept: a reason and two paths of PATH_MAX fit.
   static constexpr std::size_t line_limit = 16384;
   /// The most denied paths kept.
   static constexpr std::size_t max_paths = 16;
-  /// The most lines ending in a refusal's reason examined (each costs a few system calls).
+  /// The most lines ending in a refusal's reason examined.
   static constexpr std::size_t max_examined = 256;
+  /// The most paths of one line examined (each costs a canonicalization and a few system calls
+  /// in the host: a line of the command's can quote thousands).
+  static constexpr std::size_t max_paths_per_line = 16;
 
   /// A scanner for a command run under a fence for `policy`, which also grants the directories
   /// `granted` (its private temporary directory, extra writable ones), started in `directory`
@@ -141,7 +145,9 @@ private:
         detail::denial_reason_at(line_) != std::string_view::npos) {
       ++examined_;
       bool named = false;
-      for (const std::string& written : detail::denial_paths_in(line_, cut_)) {
+      const std::vector<std::string> written_paths = detail::denial_paths_in(line_, cut_);
+      const std::size_t examined_paths = std::min(written_paths.size(), max_paths_per_line);
+      for (const std::string& written : std::span(written_paths).first(examined_paths)) {
         std::optional<std::filesystem::path> path = refused(written);
         if (!path) {
           continue;

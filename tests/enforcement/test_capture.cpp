@@ -240,6 +240,27 @@ TEST_CASE("capture: danger-full-access refuses nothing, and a redirected stream 
   CHECK_THROWS_AS(command.capture(read_only), dsh::ConfigError);
 }
 
+TEST_CASE("denial scanner: a line quoting thousands of names costs the host the first 16 of them") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const dsh::PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
+  // 16 names the policy allows, then one it refuses: the refused one is past the bound.
+  std::string line = "mv: cannot move";
+  for (int i = 0; i < 16; ++i) {
+    line += " '" + (lab.workspace() / ("in" + std::to_string(i))).native() + "'";
+  }
+  line += " '" + (lab.outside() / "past-the-bound").native() + "': Permission denied\n";
+  dsh::DenialScanner scanner = fence.denial_scanner(lab.workspace());
+  scanner.feed(line);
+  scanner.finish();
+  CHECK_FALSE(scanner.denied());
+  // The same refused name among the first 16 is found.
+  dsh::DenialScanner within = fence.denial_scanner(lab.workspace());
+  within.feed("mv: cannot move 'a' to '" + (lab.outside() / "within").native() + "': Permission denied\n");
+  within.finish();
+  CHECK(strings(within.paths()) == std::vector<std::string>{(lab.outside() / "within").native()});
+}
+
 TEST_CASE("denial lines: the stderr dialects and the paths they name") {
   using dsh::detail::denial_paths_in;
   using Paths = std::vector<std::string>;
