@@ -209,6 +209,7 @@ int run(const Request& request) {
   const dsh::PreparedFence fence = dsh::PreparedFence::prepare(policy, options);
 
   dsh::FencedCommand command(request.command);
+  command.launch(dsh::Launch::fork); // one call from a small program: a fork is cheaper than a launcher
   // The command reads what DSH gives this program (its `stdin` bytes, or nothing); stdout and
   // stderr are relayed. The working directory is this program's: the namespace layer enters it
   // again in the command's view, where the workspace is the writable one. A terminal is never

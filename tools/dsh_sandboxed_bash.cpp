@@ -199,6 +199,8 @@ private:
 
 int run(const Options& options) {
   dsh::FencedCommand command({"bash", "-c", join(options.command, false)});
+  // This program is small and runs one call: forking it costs less than starting a launcher.
+  command.launch(dsh::Launch::fork);
   if (options.timeout) {
     command.time_limit(std::chrono::duration_cast<std::chrono::milliseconds>(*options.timeout));
   }

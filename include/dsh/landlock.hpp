@@ -19,6 +19,7 @@
 #include <dsh/command_output.hpp>
 #include <dsh/denials.hpp>
 #include <dsh/detail/posix.hpp>
+#include <dsh/fence_launcher.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/unique_fd.hpp>
 
@@ -508,6 +509,17 @@ using OutputSink = std::function<void(CommandStream, std::string_view)>;
 #include <dsh/detail/temporary_areas.hpp>
 
 namespace dsh {
+class FencedCommand;
+} // namespace dsh
+
+namespace dsh::detail {
+struct LaunchWire; // the launch request's codec (<dsh/detail/launch_wire.hpp>)
+/// Sends a supervisor from the launcher what it runs (LaunchWire::send).
+void send_launch_request(int control, const FencedCommand& command, const PreparedFence& fence, const StartPlan& plan,
+                         int cwd, ::mode_t mask);
+} // namespace dsh::detail
+
+namespace dsh {
 
 /// A Landlock ruleset built from a resolved policy, ready to be entered by a child process.
 ///
@@ -665,6 +677,7 @@ private:
   }
 
   friend class FencedCommand;
+  friend struct detail::LaunchWire;
 
   /// Adds the namespace layer to the prepared base fence (`detail::plan_namespace_layer`):
   /// its rows in the report, the plan the children apply, the filter for a command in its own
@@ -799,7 +812,8 @@ public:
         err_(std::move(other.err_)), sink_(std::move(other.sink_)), program_(std::move(other.program_)),
         report_(other.report_), report_bytes_(other.report_bytes_), status_(other.status_),
         timed_out_(other.timed_out_), in_(std::move(other.in_)), input_(std::move(other.input_)),
-        input_done_(other.input_done_) {}
+        input_done_(other.input_done_), launched_(other.launched_), supervisor_(std::move(other.supervisor_)),
+        launch_note_(std::move(other.launch_note_)) {}
   /// Ends this call (as the destructor does), then takes `other`'s.
   FencedChild& operator=(FencedChild&& other) noexcept {
     if (this != &other) {
@@ -817,15 +831,27 @@ public:
       in_ = std::move(other.in_);
       input_ = std::move(other.input_);
       input_done_ = other.input_done_;
+      launched_ = other.launched_;
+      supervisor_ = std::move(other.supervisor_);
+      launch_note_ = std::move(other.launch_note_);
     }
     return *this;
   }
   /// Ends the call if it was not waited for: every process of it is killed, the supervisor reaped.
   ~FencedChild() { abandon(); }
 
-  /// The supervisor's pid (-1 once reaped). It is not the command's: signal the call through
-  /// `terminate()`, which ends all of it.
+  /// The supervisor's pid (-1 once the call has ended). It is not the command's: signal the
+  /// call through `terminate()`, which ends all of it. A supervisor from the launcher is the
+  /// launcher's child, not the host's.
   [[nodiscard]] ::pid_t pid() const noexcept { return pid_; }
+
+  /// How the supervisor was started: `Launch::launcher` (forked from the launcher) or
+  /// `Launch::fork` (forked from the host).
+  [[nodiscard]] Launch launched_by() const noexcept { return launched_ ? Launch::launcher : Launch::fork; }
+
+  /// Why a call that could have used the launcher (`Launch::automatic`) forked the host
+  /// instead; "" when it used the launcher or was asked to fork.
+  [[nodiscard]] const std::string& launch_note() const noexcept { return launch_note_; }
 
   /// Relays the command's output (to the sink, else to the host's own stdout and stderr)
   /// until the call has ended: the command exited, was killed, reached the time limit, or
@@ -854,15 +880,32 @@ private:
       : pid_(pid), control_(std::move(control)), out_(std::move(out)), err_(std::move(err)), sink_(std::move(sink)),
         program_(std::move(program)) {}
 
-  /// Reads one whole report from the supervisor; false on end of file or error.
+  /// Reads one whole report from the supervisor, and the pidfd that names it when the report
+  /// carries one ("started"); false on end of file or error.
   [[nodiscard]] bool read_report(detail::SupervisorReport& report) noexcept {
     auto* bytes = reinterpret_cast<char*>(&report);
     std::size_t got = 0;
     while (got < sizeof report) {
+      iovec part{bytes + got, sizeof report - got};
+      alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> space{};
+      msghdr message{};
+      message.msg_iov = &part;
+      message.msg_iovlen = 1;
+      message.msg_control = space.data();
+      message.msg_controllen = space.size();
       const ::ssize_t n =
-          detail::retry_on_eintr([&]() noexcept { return ::read(control_.get(), bytes + got, sizeof report - got); });
+          detail::retry_on_eintr([&]() noexcept { return ::recvmsg(control_.get(), &message, MSG_CMSG_CLOEXEC); });
       if (n <= 0) {
         return false;
+      }
+      for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr;
+           attached = CMSG_NXTHDR(&message, attached)) {
+        if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS &&
+            attached->cmsg_len == CMSG_LEN(sizeof(int))) {
+          int fd = -1;
+          std::memcpy(&fd, CMSG_DATA(attached), sizeof fd);
+          supervisor_.reset(fd);
+        }
       }
       got += static_cast<std::size_t>(n);
     }
@@ -909,9 +952,41 @@ private:
   void abandon() noexcept {
     if (pid_ > 0) {
       terminate();
-      (void)reap(pid_);
-      pid_ = -1;
+      end_supervisor();
     }
+  }
+
+  /// Waits until the supervisor has ended, with `pid_` -1 afterwards; its raw wait status when
+  /// it is the host's child, else -1. A supervisor from the launcher is not the host's child:
+  /// its end is the end of file on the socket (its last descriptor of the call closes as it
+  /// exits), and waitpid is never called for its pid, which could name another child of the
+  /// host by then.
+  int end_supervisor() noexcept {
+    const ::pid_t pid = std::exchange(pid_, -1);
+    if (!launched_) {
+      return pid > 0 ? reap(pid) : -1;
+    }
+    if (control_) {
+      std::array<char, 256> rest{};
+      while (detail::retry_on_eintr([&]() noexcept { return ::read(control_.get(), rest.data(), rest.size()); }) > 0) {
+      }
+      control_.reset();
+    }
+#if defined(__linux__)
+    // Its descriptors close before it has exited: wait on its pidfd until the launcher has
+    // reaped it (at once: the launcher ignores SIGCHLD), so nothing of the call is left.
+    if (supervisor_) {
+      pollfd exited{supervisor_.get(), POLLIN, 0};
+      static_cast<void>(detail::retry_on_eintr([&]() noexcept { return ::poll(&exited, 1, -1); }));
+      for (int round = 0; round < 100000 && ::syscall(SYS_pidfd_send_signal, supervisor_.get(), 0, nullptr, 0U) == 0;
+           ++round) {
+        const timespec pause{0, 10000};
+        ::nanosleep(&pause, nullptr);
+      }
+      supervisor_.reset();
+    }
+#endif
+    return -1;
   }
 
   /// waitpid for the supervisor (retrying on EINTR); its raw status, or -1.
@@ -934,6 +1009,9 @@ private:
   UniqueFd in_;                // the host's end of the command's stdin while `input_` is written; else closed
   std::string input_;          // the bytes for the command's stdin
   std::size_t input_done_ = 0; // how many of them are written
+  bool launched_ = false;      // the supervisor is the launcher's child (Launch::launcher)
+  UniqueFd supervisor_;        // a pidfd of the supervisor, sent with its "started" report
+  std::string launch_note_;    // why Launch::automatic forked instead
 };
 
 /// A command to run under a fence: its argv is built and its program found through $PATH
@@ -1049,6 +1127,14 @@ public:
                         std::to_string(limit.count()) + " ms");
     }
     limit_ms_ = limit.count();
+    return *this;
+  }
+
+  /// How `spawn` starts the supervisor (default `Launch::automatic`: from the process's
+  /// launcher, `FenceLauncher`, when it is configured and usable, else by forking the host).
+  /// Returns `*this`.
+  FencedCommand& launch(Launch how) noexcept {
+    launch_ = how;
     return *this;
   }
 
@@ -1185,6 +1271,20 @@ public:
   }
 
 private:
+  friend struct detail::LaunchWire;
+
+  /// The command a supervisor forked from the launcher runs: everything as the host's
+  /// FencedCommand resolved it (`program` already found, `environment` final).
+  FencedCommand(std::vector<std::string> args, std::string program, detail::CommandEnvironment environment,
+                std::filesystem::path directory, long long limit_ms)
+      : args_(std::move(args)), program_(std::move(program)), environment_(std::move(environment)),
+        directory_(std::move(directory)), limit_ms_(limit_ms) {
+    for (std::string& arg : args_) {
+      argv_.push_back(arg.data());
+    }
+    argv_.push_back(nullptr);
+  }
+
   /// `spawn`, with `sink` receiving the output and, when `input` is not empty, a pipe as the
   /// command's stdin that the child's `wait()` writes `input` to (instead of /dev/null or a
   /// `redirect` of descriptor 0).
@@ -1222,24 +1322,51 @@ private:
       make_pipe(err_read, err_write);
       plan.stdio[2] = err_write.get();
     }
-    const ::pid_t pid = ::fork();
-    if (pid < 0) {
-      throw SystemError(errno, "FencedCommand::spawn: fork");
+    std::string note;
+    bool launched = false;
+    if (launch_ != Launch::fork) {
+      // The launcher forks the supervisor from its own small image: nothing of the host is
+      // copied, whatever its size (docs/performance.md#the-launcher).
+      note = detail::LauncherClient::instance().hand_over(supervisor_end.get());
+      if (note.empty()) {
+        const UniqueFd cwd(detail::retry_on_eintr([] { return ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+        if (!cwd) {
+          throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
+        }
+        // Should this throw, the supervisor reads end of file and exits without running anything.
+        detail::send_launch_request(host_end.get(), *this, fence, plan, cwd.get(), detail::current_umask());
+        launched = true;
+      } else if (launch_ == Launch::launcher) {
+        throw SystemError(ENOEXEC, "FencedCommand::spawn: cannot run " + json_string_literal(program_) +
+                                       " from the fence launcher (Launch::launcher): " + note);
+      }
     }
-    if (pid == 0) {
-      supervise(fence, plan, supervisor_end.get());
+    ::pid_t pid = -1;
+    if (!launched) {
+      pid = ::fork();
+      if (pid < 0) {
+        throw SystemError(errno, "FencedCommand::spawn: fork");
+      }
+      if (pid == 0) {
+        supervise(fence, plan, supervisor_end.get());
+      }
     }
     supervisor_end.reset();
     out_write.reset();
     err_write.reset();
     in_read.reset();
     FencedChild child(pid, std::move(host_end), std::move(out_read), std::move(err_read), std::move(sink), program_);
+    child.launched_ = launched;
+    child.launch_note_ = launch_ == Launch::automatic ? std::move(note) : std::string();
     child.in_ = std::move(in_write);
     child.input_ = std::move(input);
     detail::SupervisorReport report{};
     if (!child.read_report(report) || report.kind != detail::SupervisorReport::started) {
-      const int status = FencedChild::reap(std::exchange(child.pid_, -1));
+      const int status = child.end_supervisor();
       throw_start_failure(fence, report, status);
+    }
+    if (launched) {
+      child.pid_ = report.stage; // the supervisor's pid, which it reports with "started"
     }
     return child;
 #else
@@ -1416,8 +1543,13 @@ private:
       fail(failed);
     }
     report.kind = detail::SupervisorReport::started;
+    report.stage = ::getpid(); // the supervisor's own pid: the host does not know it when the launcher forked it
     report.detail = command;
-    detail::write_all(report_fd, reinterpret_cast<const char*>(&report), sizeof report);
+    {
+      // With a pidfd of itself, by which a host that is not its parent can see it gone.
+      const UniqueFd self(static_cast<int>(::syscall(SYS_pidfd_open, ::getpid(), 0U)));
+      detail::send_report(report_fd, report, self.get());
+    }
     detail::close_all_except({report_fd, children, child_events});
 
     int status = 0;
@@ -1593,6 +1725,7 @@ private:
   int terminal_ = -1;
   long long limit_ms_ = 0;
   OutputSink sink_;
+  Launch launch_ = Launch::automatic;
 };
 
 inline int FencedChild::wait() {
@@ -1604,7 +1737,8 @@ inline int FencedChild::wait() {
   std::array<char, 16384> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   detail::SupervisorReport& report = report_;
   std::size_t& report_bytes = report_bytes_;
-  while (control_) {
+  bool listening = true; // until the end report or the end of file
+  while (listening && control_) {
     std::array<pollfd, 4> ready{{{control_.get(), POLLIN, 0},
                                  {out_.get(), POLLIN, 0},
                                  {err_.get(), POLLIN, 0},
@@ -1633,8 +1767,10 @@ inline int FencedChild::wait() {
       if (got > 0) {
         report_bytes += static_cast<std::size_t>(got);
       }
-      if (got <= 0 || (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended)) {
+      if (got <= 0) {
         control_.reset();
+      } else if (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended) {
+        listening = false; // the socket's end of file is the supervisor's exit (end_supervisor)
       } else if (report_bytes == sizeof report) {
         report_bytes = 0; // not an end report: keep listening
       }
@@ -1653,13 +1789,15 @@ inline int FencedChild::wait() {
     }
     pipe->reset();
   }
-  const int raw = reap(std::exchange(pid_, -1));
+  const int raw = end_supervisor();
+  control_.reset();
   if (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended) {
     status_ = report.error;
     timed_out_ = report.detail == detail::time_limit_reached;
     return status_;
   }
   status_ = raw < 0 ? -1 : (WIFEXITED(raw) ? WEXITSTATUS(raw) : WIFSIGNALED(raw) ? 128 + WTERMSIG(raw) : -1);
+  // A supervisor from the launcher has no wait status here: -1 then.
   throw LandlockError("the supervisor of " + json_string_literal(program_) + " ended without reporting (status " +
                       std::to_string(status_) +
                       "): the command was killed with it, but processes it detached may have survived the call");
@@ -1675,3 +1813,4 @@ inline int FencedChild::wait() {
 // FencedCommand::capture: they need the classes complete.
 #include <dsh/detail/capture_call.hpp>
 #include <dsh/detail/fence_builder.hpp>
+#include <dsh/detail/launch_wire.hpp>

@@ -1,7 +1,7 @@
 # Installs the build tree BUILD_DIR into the empty prefix STAGE with `cmake --install`, then
 # checks that the package's files are where find_package and pkg-config look for them.
 #   cmake -DBUILD_DIR=<dir> -DSTAGE=<dir> -DINCLUDEDIR=<rel> -DDATADIR=<rel> -DBINDIR=<rel>
-#         [-DCONFIG=<config>] -P staged_install.cmake
+#         [-DLIBEXECDIR=<rel> (the launcher is built)] [-DCONFIG=<config>] -P staged_install.cmake
 foreach(required IN ITEMS BUILD_DIR STAGE INCLUDEDIR DATADIR BINDIR)
   if(NOT DEFINED ${required})
     message(FATAL_ERROR "staged_install.cmake: -D${required}=... is required")
@@ -36,6 +36,13 @@ list(FILTER installed EXCLUDE REGEX "^${BINDIR}/[^/]+$")
 list(FILTER installed EXCLUDE REGEX "^${INCLUDEDIR}/dsh/(detail/)?[a-z_]+\\.hpp$")
 list(FILTER installed EXCLUDE REGEX "^${package_dir}/dsh_sandbox_policy[-A-Za-z]*\\.cmake$")
 list(REMOVE_ITEM installed "${DATADIR}/pkgconfig/dsh_sandbox_policy.pc" "${DATADIR}/doc/dsh_sandbox_policy/LICENSE")
+# The fence launcher, which the package and the pkg-config file name (docs/enforcement.md#the-launcher).
+if(DEFINED LIBEXECDIR)
+  if(NOT EXISTS "${STAGE}/${LIBEXECDIR}/dsh-sandbox-policy/dsh-fence-launcher")
+    message(FATAL_ERROR "the staged install lacks ${LIBEXECDIR}/dsh-sandbox-policy/dsh-fence-launcher")
+  endif()
+  list(REMOVE_ITEM installed "${LIBEXECDIR}/dsh-sandbox-policy/dsh-fence-launcher")
+endif()
 if(installed)
   message(FATAL_ERROR "the staged install holds unexpected files: ${installed}")
 endif()

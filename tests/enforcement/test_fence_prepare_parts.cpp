@@ -210,10 +210,11 @@ TEST_CASE("a session cwd spelled as the workspace root gets the root's guard und
 
   const std::vector<Guard> shared = dsh::detail::workspace_guards(policy, same, environment, mounts);
   const std::vector<Guard> apart = dsh::detail::workspace_guards(policy, other, environment, mounts);
-  REQUIRE(shared.size() == 3); // the host executable, the root, the cwd
-  REQUIRE(apart.size() == 3);
-  const Guard& root = shared[1];
-  const Guard& cwd = shared[2];
+  REQUIRE(shared.size() == 4); // the host executable, the fence launcher, the root, the cwd
+  REQUIRE(apart.size() == 4);
+  CHECK(shared[1].what == "the fence launcher " + dsh::json_string_literal(DSH_SANDBOX_POLICY_LAUNCHER));
+  const Guard& root = shared[2];
+  const Guard& cwd = shared[3];
   CHECK(root.what == "the workspace root " + dsh::json_string_literal(policy.workspace_root.native()));
   CHECK(cwd.what == "the session cwd " + dsh::json_string_literal(policy.workspace_root.native()));
   CHECK(cwd.canonical == root.canonical);
@@ -225,8 +226,8 @@ TEST_CASE("a session cwd spelled as the workspace root gets the root's guard und
   CHECK(cwd.location.has_value() == made.location.has_value());
   CHECK(cwd.entry_directories.size() == made.entry_directories.size());
   // A different spelling is walked for itself.
-  CHECK(apart[2].canonical == canonical_path(other.session_cwd));
-  CHECK(apart[2].entries.back() == canonical_path(other.session_cwd));
+  CHECK(apart[3].canonical == canonical_path(other.session_cwd));
+  CHECK(apart[3].entries.back() == canonical_path(other.session_cwd));
 }
 
 TEST_CASE("a session cwd spelled as the workspace root, beneath a shared directory, is refused as the root") {

@@ -190,6 +190,27 @@ public:
     return envp_.data();
   }
 
+  /// The entries `envp(tmpdir_assignment)` would pass, as strings, without writing the array
+  /// (for a request to a supervisor the launcher forks). Throws only std::bad_alloc.
+  [[nodiscard]] std::vector<std::string> resolved(const char* tmpdir_assignment) const {
+    std::vector<std::string> entries = entries_;
+    if (tmpdir_assignment != nullptr && !tmpdir_set_) {
+      if (tmpdir_slot_ < entries.size()) {
+        entries[tmpdir_slot_] = tmpdir_assignment;
+      } else {
+        entries.emplace_back(tmpdir_assignment);
+      }
+    }
+    return entries;
+  }
+
+  /// An environment of exactly `entries` (as `resolved` returned them): `envp` adds nothing.
+  [[nodiscard]] static CommandEnvironment exactly(std::vector<std::string> entries) {
+    CommandEnvironment environment(nullptr);
+    environment.commit(std::move(entries), false, true);
+    return environment;
+  }
+
 private:
   /// Throws ConfigError naming `context` when `name` cannot name a variable.
   static void check_name(std::string_view context, std::string_view name) {

@@ -9,6 +9,7 @@
 #define DSH_DETAIL_FENCE_GUARDS_HPP
 
 #include <dsh/detail/host_environment.hpp>
+#include <dsh/detail/launcher_client.hpp>
 #include <dsh/detail/mount_table.hpp>
 
 namespace dsh::detail {
@@ -209,6 +210,10 @@ loader_directories(std::string_view variable, std::string_view value, const std:
   std::vector<Guard> guards;
   const std::filesystem::path host = canonical_path("/proc/self/exe");
   guards.push_back(make_guard(named("the host executable", host), host, true, mounts));
+  // The launcher runs every later call's supervisor, unfenced, until it is started again.
+  if (const std::filesystem::path launcher = LauncherClient::instance().state().program; !launcher.empty()) {
+    guards.push_back(make_guard(named("the fence launcher", launcher), launcher, true, mounts));
+  }
   // The next host process loads its libraries from these before any fence exists: a library
   // dropped there runs unfenced, with all the user's rights.
   for (const auto& [variable, value] :

@@ -14,11 +14,37 @@ namespace dsh::detail {
 struct SupervisorReport {
   enum Kind : int { none = 0, started = 1, failed = 2, ended = 3 };
   int kind = none;
-  int stage = 0;               ///< failed: a ChildStage
+  int stage = 0;               ///< failed: a ChildStage; started: the supervisor's pid
   int error = 0;               ///< failed: errno; ended: the exit status
   int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
   std::array<char, 96> step{}; ///< failed: the call, truncated (every step the library names fits)
 };
+
+/// Sends `report` on the socket `fd`, with the descriptor `attached` (SCM_RIGHTS) unless it
+/// is negative; returns false when the socket refused it. Async-signal-safe.
+inline bool send_report(int fd, const SupervisorReport& report, int attached) noexcept {
+  iovec part{const_cast<SupervisorReport*>(&report), sizeof report};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> space{};
+  msghdr message{};
+  message.msg_iov = &part;
+  message.msg_iovlen = 1;
+  if (attached >= 0) {
+    message.msg_control = space.data();
+    message.msg_controllen = space.size();
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &attached, sizeof attached);
+  }
+  const ::ssize_t sent = retry_on_eintr([&]() noexcept { return ::sendmsg(fd, &message, MSG_NOSIGNAL); });
+  if (sent == static_cast<::ssize_t>(sizeof report)) {
+    return true;
+  }
+  // A part was sent (or none): the rest as plain bytes, the descriptor with the first part only.
+  const std::size_t done = sent > 0 ? static_cast<std::size_t>(sent) : 0;
+  return sent >= 0 && write_all(fd, reinterpret_cast<const char*>(&report) + done, sizeof report - done);
+}
 
 /// How a supervised call ended.
 enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };

@@ -5,6 +5,8 @@
 #include <exception>
 #include <iostream>
 
+#include <unistd.h>
+
 int main() try {
   dsh::PolicyConfig config;
   config.workspace_root = "/consumer/fallback";
@@ -19,6 +21,12 @@ int main() try {
             << "mode " << dsh::to_string(policy.mode) << " from " << dsh::to_string(policy.mode_source) << '\n'
             << "root " << policy.workspace_root.string() << " from " << dsh::to_string(policy.root_source) << '\n'
             << owner.context(session) << '\n';
+  // Every way of consuming the package names the fence launcher it installs or builds.
+#if defined(DSH_SANDBOX_POLICY_LAUNCHER)
+  std::cout << "launcher " << (::access(DSH_SANDBOX_POLICY_LAUNCHER, X_OK) == 0 ? "installed" : "missing") << '\n';
+#else
+  std::cout << "launcher not configured\n";
+#endif
   return 0;
 } catch (const std::exception& error) {
   std::cerr << "consumer: " << error.what() << '\n';

@@ -1,0 +1,322 @@
+// The fence launcher (docs/enforcement.md#the-launcher): a call's supervisor is forked from it,
+// the command still gets what a fork of the host would give it, a launcher that no longer
+// matches the host is replaced, one that cannot be trusted or started is reported (and the host
+// forks), and a fenced command can neither end nor change it.
+#include "support/hosts.hpp"
+#include "support/landlock.hpp"
+
+#include <dsh/fence_launcher.hpp>
+#include <dsh/landlock.hpp>
+
+#include <array>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using dsh::FencedCommand;
+using dsh::FenceLauncher;
+using dsh::Launch;
+using dsh::PreparedFence;
+using dsh::SandboxMode;
+using dsh::test::as_host;
+using dsh::test::Lab;
+using dsh::test::shell;
+
+namespace {
+
+/// The launcher this build compiled in.
+const std::filesystem::path built_launcher = DSH_SANDBOX_POLICY_LAUNCHER;
+
+/// The parent pid of `pid` (field 4 of /proc/<pid>/stat), or -1.
+::pid_t parent_of(::pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::size_t close = text.rfind(')');
+  if (close == std::string::npos) {
+    return -1;
+  }
+  std::istringstream rest(text.substr(close + 2));
+  std::string state;
+  ::pid_t parent = -1;
+  rest >> state >> parent;
+  return parent;
+}
+
+/// True while `pid` names a process that is not a zombie.
+bool running(::pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::size_t close = text.rfind(')');
+  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
+}
+
+/// Restores the build's launcher when a test that configured another one ends.
+struct LauncherRestorer {
+  LauncherRestorer() = default;
+  LauncherRestorer(const LauncherRestorer&) = delete;
+  LauncherRestorer& operator=(const LauncherRestorer&) = delete;
+  ~LauncherRestorer() { FenceLauncher::use(built_launcher); }
+};
+
+} // namespace
+
+TEST_CASE("a fenced call's supervisor is forked from the launcher, which serves the next call too") {
+  const Lab lab;
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  FencedCommand command({"sleep", "30"});
+  command.launch(Launch::launcher);
+  dsh::FencedChild child = command.spawn(fence);
+  CHECK(child.launched_by() == Launch::launcher);
+  CHECK(child.launch_note().empty());
+  const ::pid_t launcher = FenceLauncher::pid();
+  REQUIRE(launcher > 0);
+  CHECK(parent_of(launcher) == ::getpid());
+  CHECK(parent_of(child.pid()) == launcher);
+  CHECK(child.pid() != launcher);
+  child.terminate();
+  CHECK(child.wait() == 128 + SIGKILL);
+  CHECK(child.pid() == -1);
+
+  const unsigned starts = FenceLauncher::starts();
+  const dsh::test::Shell again = shell(fence, "echo again; exit 3", lab.workspace());
+  CHECK(again.status == 3);
+  CHECK(again.out == "again\n");
+  CHECK(FenceLauncher::pid() == launcher);
+  CHECK(FenceLauncher::starts() == starts);
+}
+
+TEST_CASE("through the launcher the command gets the host's directory, umask, input and environment of the call") {
+  const Lab lab;
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::create_directory(lab.workspace() / "sub");
+  const ::mode_t old_mask = ::umask(077);
+  std::filesystem::current_path(lab.workspace() / "sub");
+  FencedCommand command({"bash", "--norc", "-c", "pwd; umask; cat; echo \"$MARK,${MY_API_KEY-unset}\""});
+  command.launch(Launch::launcher).set_env("MARK", "m1");
+  dsh::CaptureOptions options;
+  options.stdin_bytes = "from stdin\n";
+  ::setenv("MY_API_KEY", "sk-secret", 1);
+  FencedCommand with_key({"bash", "--norc", "-c", "echo \"${MY_API_KEY-unset}\""});
+  ::unsetenv("MY_API_KEY");
+  with_key.launch(Launch::launcher);
+  const dsh::CommandOutput first = command.capture(fence, options);
+  std::filesystem::current_path(lab.workspace());
+  ::umask(022);
+  const dsh::CommandOutput second = command.capture(fence, options);
+  std::filesystem::current_path(before);
+  ::umask(old_mask);
+  CHECK(first.status == 0);
+  CHECK(first.out == (lab.workspace() / "sub").string() + "\n0077\nfrom stdin\nm1,unset\n");
+  CHECK(second.out == lab.workspace().string() + "\n0022\nfrom stdin\nm1,unset\n");
+  const dsh::CommandOutput key = with_key.capture(fence);
+  CHECK(key.out == "unset\n");
+}
+
+TEST_CASE("a launcher that no longer matches the host is replaced: credentials and limits of the calling host") {
+  if (::geteuid() != 0) {
+    WARN("needs root to become another user: not run");
+    return;
+  }
+  const Lab lab;
+  dsh::test::open_lab_to_nobody(lab);
+  const std::string result = as_host(false, [&] {
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+    std::string text = shell(fence, "id -u; ulimit -n", lab.workspace()).out;
+    const unsigned starts = FenceLauncher::starts();
+    const ::pid_t first = FenceLauncher::pid();
+    rlimit files{};
+    ::getrlimit(RLIMIT_NOFILE, &files);
+    files.rlim_cur = 77;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+    text += shell(fence, "ulimit -n", lab.workspace()).out;
+    text +=
+        std::to_string(FenceLauncher::starts() - starts) + (FenceLauncher::pid() != first ? " new" : " same") + "\n";
+    dsh::test::become_unprivileged();
+    const PreparedFence unprivileged = PreparedFence::prepare(lab.policy(SandboxMode::read_only));
+    text += shell(unprivileged, "id -u; ulimit -n", lab.workspace()).out;
+    text += std::to_string(FenceLauncher::starts() - starts) + "\n";
+    return text;
+  });
+  // A fork of the test host starts its own launcher; the limit and the user each replace it.
+  CHECK(result.substr(0, 2) == "0\n");
+  CHECK(result.substr(result.find('\n') + 1).find("77\n1 new\n65534\n77\n2\n") != std::string::npos);
+}
+
+TEST_CASE("a launcher that cannot be used is reported, and Launch::launcher then runs nothing") {
+  const LauncherRestorer restore;
+  const Lab lab;
+  const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+  const std::filesystem::path marker = lab.workspace() / "ran";
+
+  const auto attempt = [&](const std::filesystem::path& program) {
+    FenceLauncher::use(program);
+    FencedCommand automatic(dsh::test::shell_argv("echo ok", {}));
+    automatic.on_output([](dsh::CommandStream, std::string_view) {});
+    dsh::FencedChild child = automatic.spawn(fence);
+    CHECK(child.launched_by() == Launch::fork);
+    const std::string note = child.launch_note();
+    CHECK(child.wait() == 0);
+    CHECK(FenceLauncher::pid() == -1);
+    FencedCommand required({"touch", marker.string()});
+    required.launch(Launch::launcher);
+    try {
+      (void)required.run(fence);
+      FAIL("Launch::launcher ran without a launcher");
+    } catch (const dsh::SystemError& error) {
+      CHECK(std::string(error.what())
+                .find("cannot run \"/usr/bin/touch\" from the fence launcher (Launch::launcher): " + note) !=
+            std::string::npos);
+    }
+    CHECK_FALSE(std::filesystem::exists(marker));
+    return note;
+  };
+
+  CHECK(attempt("/nonexistent/dsh-fence-launcher") ==
+        "the launcher \"/nonexistent/dsh-fence-launcher\" cannot be examined: No such file or directory");
+  CHECK(attempt("/bin/true") ==
+        "the launcher \"/bin/true\" cannot be used: it did not answer as dsh-fence-launcher (is it one?)");
+
+  // A copy anyone can replace is never run (as root too: the file's own mode decides).
+  const std::filesystem::path copy = lab.outside() / "dsh-fence-launcher";
+  std::filesystem::copy_file(built_launcher, copy);
+  REQUIRE(::chmod(copy.c_str(), 0777) == 0);
+  CHECK(attempt(copy) == "the launcher " + dsh::json_string_literal(copy.string()) + " (mode 0777, owner uid " +
+                             std::to_string(::geteuid()) + ") could be replaced by another user");
+  REQUIRE(::chmod(copy.c_str(), 0755) == 0);
+  REQUIRE(::chmod(lab.outside().c_str(), 0777) == 0);
+  CHECK(attempt(copy).find("lies where another user can change it: the directory " +
+                           dsh::json_string_literal(lab.outside().string()) + " (mode 0777") != std::string::npos);
+  REQUIRE(::chmod(lab.outside().c_str(), 0755) == 0);
+
+  CHECK_THROWS_AS(FenceLauncher::use("relative/dsh-fence-launcher"), dsh::ConfigError);
+  FenceLauncher::use(copy);
+  const dsh::test::Shell copied = shell(fence, "echo copied", lab.workspace());
+  CHECK(copied.out == "copied\n");
+  CHECK(FenceLauncher::problem().empty());
+  CHECK(parent_of(FenceLauncher::pid()) == ::getpid());
+}
+
+TEST_CASE("the launcher's own program refuses to be run by hand") {
+  FencedCommand by_hand({built_launcher.string()});
+  by_hand.launch(Launch::fork);
+  const PreparedFence unrestricted = PreparedFence::prepare(dsh::test::Lab().policy(SandboxMode::danger_full_access));
+  const dsh::CommandOutput output = by_hand.capture(unrestricted);
+  CHECK(output.status == 2);
+  CHECK(output.err == "dsh-fence-launcher: not a program to run by hand: the dsh-sandbox-policy library "
+                      "starts it (docs/enforcement.md#the-launcher)\n");
+}
+
+TEST_CASE("a workspace holding the launcher is refused, like one holding the host") {
+  const Lab lab;
+  dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+  policy.workspace_root = built_launcher.parent_path();
+  try {
+    (void)PreparedFence::prepare(policy);
+    FAIL("a workspace holding the launcher was granted");
+  } catch (const dsh::LandlockError& error) {
+    CHECK(std::string(error.what()).find("the fence launcher " + dsh::json_string_literal(built_launcher.string())) !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a fenced command can neither end, slow nor trace the launcher, as root and as an unprivileged host") {
+  const Lab lab;
+  dsh::test::open_lab_to_nobody(lab);
+  for (const bool unprivileged : {false, true}) {
+    if (unprivileged && ::geteuid() != 0) {
+      continue;
+    }
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const std::string result = as_host(unprivileged, [&] {
+        // The base fence alone: the namespace layer would not even show the launcher's pid.
+        dsh::FenceOptions options;
+        options.isolation = dsh::Isolation::off;
+        const PreparedFence fence = PreparedFence::prepare(lab.policy(mode), options);
+        (void)shell(fence, "true", lab.workspace());
+        const ::pid_t launcher = FenceLauncher::pid();
+        const std::string target = "L=" + std::to_string(launcher);
+        const dsh::test::Shell attack = shell(fence,
+                                              "kill -KILL $L 2>/dev/null && echo killed; "
+                                              "kill -STOP $L 2>/dev/null && echo stopped; "
+                                              "prlimit --pid $L --nofile=1 2>/dev/null && echo limited; "
+                                              "renice -n 19 -p $L >/dev/null 2>&1 && echo reniced; "
+                                              "echo done",
+                                              lab.workspace(), {target});
+        std::string text = attack.out;
+        text += running(launcher) && FenceLauncher::pid() == launcher ? "alive\n" : "gone\n";
+        rlimit files{};
+        ::prlimit(launcher, RLIMIT_NOFILE, nullptr, &files);
+        text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
+        text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(launcher)) == ::getpriority(PRIO_PROCESS, 0)
+                    ? "priority kept\n"
+                    : "priority changed\n";
+        text += shell(fence, "echo next", lab.workspace()).out;
+        text += FenceLauncher::pid() == launcher ? "same launcher\n" : "another launcher\n";
+        return text;
+      });
+      CHECK(result == "done\nalive\nlimits kept\npriority kept\nnext\nsame launcher\n");
+    }
+  }
+}
+
+TEST_CASE("when the host dies its launcher exits and its calls end") {
+  const Lab lab;
+  std::array<int, 2> ends{-1, -1};
+  REQUIRE(::pipe(ends.data()) == 0);
+  const ::pid_t host = ::fork();
+  REQUIRE(host >= 0);
+  if (host == 0) {
+    ::close(ends[0]);
+    try {
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::off; // $$ is then a pid the test can look up
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+      FencedCommand command({"bash", "--norc", "-c", "echo $$ > pid; exec sleep 60"});
+      command.in_directory(lab.workspace());
+      dsh::FencedChild child = command.spawn(fence);
+      const std::string launcher = std::to_string(FenceLauncher::pid()) + "\n";
+      (void)dsh::detail::write_all(ends[1], launcher.data(), launcher.size());
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  ::close(ends[1]);
+  std::string text;
+  std::array<char, 64> buffer{};
+  ::ssize_t got = 0;
+  while (text.find('\n') == std::string::npos && (got = ::read(ends[0], buffer.data(), buffer.size())) > 0) {
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  ::close(ends[0]);
+  const ::pid_t launcher = static_cast<::pid_t>(std::stol(text));
+  REQUIRE(launcher > 0);
+  ::pid_t command = -1;
+  for (int i = 0; i < 500 && command <= 0; ++i) {
+    std::ifstream pid(lab.workspace() / "pid");
+    pid >> command;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(command > 0);
+  CHECK(running(command));
+  ::kill(host, SIGKILL);
+  CHECK(FencedCommand::wait_for(host) == 128 + SIGKILL);
+  bool launcher_gone = false;
+  bool command_gone = false;
+  for (int i = 0; i < 500 && !(launcher_gone && command_gone); ++i) {
+    launcher_gone = !running(launcher);
+    command_gone = !running(command);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(launcher_gone);
+  CHECK(command_gone);
+}
