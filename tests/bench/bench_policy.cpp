@@ -679,16 +679,20 @@ ProcessResult run_process(const std::vector<std::string>& argv, bool search) {
   return result;
 }
 
-/// Returns the peak resident set of this process (VmHWM), in bytes.
-std::uint64_t peak_resident_bytes() {
+/// Returns the number of the line of /proc/self/status that starts with `key` (such as
+/// "VmHWM:", in kB, or "Threads:"), or nullopt when there is none.
+std::optional<std::uint64_t> self_status(std::string_view key) {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
-    if (line.starts_with("VmHWM:")) {
-      return std::stoull(line.substr(6)) * 1024;
+    if (line.starts_with(key)) {
+      return std::stoull(line.substr(key.size()));
     }
   }
-  return 0;
+  return std::nullopt;
 }
+
+/// Returns the peak resident set of this process (VmHWM), in bytes.
+std::uint64_t peak_resident_bytes() { return self_status("VmHWM:").value_or(0) * 1024; }
 
 /// What a resume child reports.
 struct ResumeResult {
@@ -957,9 +961,9 @@ struct Step {
   std::function<bool()> call;
 };
 
-/// Medians of `runs` rounds of wall-time measurements, each round measuring every step once
-/// in the order given, in seconds (one per step, in that order).
-std::vector<double> alternate(int runs, const std::vector<Step>& steps) {
+/// `runs` rounds of wall-time measurements, each round measuring every step once in the order
+/// given: for each step (in that order), its time in every round, in seconds.
+std::vector<std::vector<double>> timed_rounds(int runs, const std::vector<Step>& steps) {
   std::vector<std::vector<double>> times(steps.size());
   for (int run = 0; run < runs; ++run) {
     for (std::size_t i = 0; i < steps.size(); ++i) {
@@ -968,31 +972,93 @@ std::vector<double> alternate(int runs, const std::vector<Step>& steps) {
       times[i].push_back(seconds_since(start));
     }
   }
+  return times;
+}
+
+/// Medians of `runs` rounds of wall-time measurements, each round measuring every step once
+/// in the order given, in seconds (one per step, in that order).
+std::vector<double> alternate(int runs, const std::vector<Step>& steps) {
   std::vector<double> medians;
-  for (std::vector<double>& each : times) {
+  for (std::vector<double>& each : timed_rounds(runs, steps)) {
     medians.push_back(median(std::move(each)));
   }
   return medians;
 }
 
+/// Creates `workspace` (and its parents) and a session log at `path` whose cwd it is; opens the log.
+dsh::SessionLog workspace_log(const std::filesystem::path& path, const std::filesystem::path& workspace,
+                              const std::string& id) {
+  std::filesystem::create_directories(workspace);
+  static_cast<void>(dsh::SessionLog::create(path, dsh::SessionHeader{id, workspace.string(), 0}));
+  return dsh::SessionLog::open(path);
+}
+
+/// The fenced call of the Fence group's base row: an owner in
+/// workspace-write enforcing bash, a session log whose cwd is a workspace in `directory`, and
+/// the fence options that protect that log and cwd, the namespace layer off.
+struct BaseFence {
+  explicit BaseFence(const std::filesystem::path& directory)
+      : workspace(directory / "fence-workspace"), log_path(directory / "fence-session.jsonl"),
+        log(workspace_log(log_path, workspace, "fence")) {
+    options.session_log = log_path;
+    options.session_cwd = workspace;
+    options.isolation = dsh::Isolation::off; // the base fence's row
+  }
+
+  /// One fenced `bash -c true` in the workspace: `resolve` of `session`, `PreparedFence::prepare`
+  /// with `fence_options`, `FencedCommand::run`. Returns whether it was resolved in
+  /// workspace-write and exited with 0.
+  [[nodiscard]] bool call(const dsh::SessionLog& session, const dsh::FenceOptions& fence_options) const {
+    const dsh::ResolvedPolicy policy = owner.resolve(session);
+    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, fence_options);
+    dsh::FencedCommand fenced_command({"bash", "-c", "true"});
+    fenced_command.in_directory(policy.workspace_root);
+    return policy.mode == dsh::SandboxMode::workspace_write && fenced_command.run(prepared) == 0;
+  }
+  /// The base row's call: this fixture's log and options.
+  [[nodiscard]] bool call() const { return call(log, options); }
+
+  std::filesystem::path workspace;
+  std::filesystem::path log_path;
+  dsh::SessionLog log;
+  dsh::PolicyOwner owner{[] {
+    dsh::PolicyConfig config;
+    config.mode = dsh::SandboxMode::workspace_write;
+    return config;
+  }()};
+  dsh::Disposer enforced = owner.registerEnforcedFamily(dsh::Family::bash);
+  dsh::FenceOptions options;
+};
+
+/// The argv of `bash -c true`, bash found in PATH (its strings owned here).
+class BashTrue {
+public:
+  /// `who` names the measurement in the error when bash is not found.
+  explicit BashTrue(const std::string& who) {
+    const std::optional<std::string> found = find_in_path("bash");
+    require(found.has_value(), who + ": bash not found in PATH");
+    path_ = *found;
+    argv_ = {path_.data(), dash_c_.data(), command_.data(), nullptr};
+  }
+  BashTrue(const BashTrue&) = delete;
+  BashTrue& operator=(const BashTrue&) = delete;
+  ~BashTrue() = default;
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] const std::vector<char*>& argv() const noexcept { return argv_; }
+
+private:
+  std::string path_;
+  std::string dash_c_ = "-c";
+  std::string command_ = "true";
+  std::vector<char*> argv_;
+};
+
 /// A fenced `bash -c true` (resolve, prepare, run in workspace-write on a workspace with a
 /// session log) against a plain one, in this process; and dsh-sandboxed-bash against bash.
 void fence(const Settings& settings, Table& table, const std::filesystem::path& directory) {
-  const std::optional<std::string> bash = find_in_path("bash");
-  require(bash.has_value(), "fence: bash not found in PATH");
-  const std::filesystem::path workspace = directory / "fence-workspace";
-  std::filesystem::create_directories(workspace);
-  const std::filesystem::path log_path = directory / "fence-session.jsonl";
-  static_cast<void>(dsh::SessionLog::create(log_path, dsh::SessionHeader{"fence", workspace.string(), 0}));
-  const dsh::SessionLog log = dsh::SessionLog::open(log_path);
-  dsh::PolicyConfig config;
-  config.mode = dsh::SandboxMode::workspace_write;
-  dsh::PolicyOwner owner(config);
-  const dsh::Disposer enforced = owner.registerEnforcedFamily(dsh::Family::bash);
-  dsh::FenceOptions options;
-  options.session_log = log_path;
-  options.session_cwd = workspace;
-  options.isolation = dsh::Isolation::off; // the base fence's row
+  const BashTrue plain("fence");
+  const BaseFence base(directory);
   // The row with the namespace layer applied: it replaces /tmp, /var/tmp and /dev/shm, so that
   // call's workspace and session live outside them: in the working directory, else $HOME,
   // /var/lib or /opt (CI builds under /tmp).
@@ -1006,9 +1072,9 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   }
   layer_bases.insert(layer_bases.end(), {"/var/lib", "/opt"});
   std::string layer_pattern;
-  for (const std::filesystem::path& base : layer_bases) {
-    std::string pattern = (base / "bench-fence-layer-XXXXXX").string();
-    if (!in_temporary_area(base) && ::mkdtemp(pattern.data()) != nullptr) {
+  for (const std::filesystem::path& base_directory : layer_bases) {
+    std::string pattern = (base_directory / "bench-fence-layer-XXXXXX").string();
+    if (!in_temporary_area(base_directory) && ::mkdtemp(pattern.data()) != nullptr) {
       layer_pattern = pattern;
       break;
     }
@@ -1016,33 +1082,19 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   require(!layer_pattern.empty(), "fence: no directory outside the temporary areas for the layer's workspace");
   const std::filesystem::path layer_root = layer_pattern;
   const std::filesystem::path layer_workspace = layer_root / "fence-workspace";
-  std::filesystem::create_directories(layer_workspace);
   const std::filesystem::path layer_log_path = layer_root / "fence-session.jsonl";
-  static_cast<void>(
-      dsh::SessionLog::create(layer_log_path, dsh::SessionHeader{"fence-layer", layer_workspace.string(), 0}));
-  const dsh::SessionLog layer_log = dsh::SessionLog::open(layer_log_path);
-  dsh::FenceOptions layered = options;
+  const dsh::SessionLog layer_log = workspace_log(layer_log_path, layer_workspace, "fence-layer");
+  dsh::FenceOptions layered = base.options;
   layered.session_log = layer_log_path;
   layered.session_cwd = layer_workspace;
   layered.isolation = dsh::Isolation::required;
   const int runs = settings.smoke ? 1 : std::max(21, settings.runs);
 
-  std::string dash_c = "-c";
-  std::string command = "true";
-  std::string bash_path = *bash;
-  const std::vector<char*> plain_argv{bash_path.data(), dash_c.data(), command.data(), nullptr};
-  const auto fenced_with = [&](const dsh::SessionLog& session, const dsh::FenceOptions& fence_options) {
-    const dsh::ResolvedPolicy policy = owner.resolve(session);
-    const dsh::PreparedFence prepared = dsh::PreparedFence::prepare(policy, fence_options);
-    dsh::FencedCommand fenced_command({"bash", "-c", "true"});
-    fenced_command.in_directory(policy.workspace_root);
-    return policy.mode == dsh::SandboxMode::workspace_write && fenced_command.run(prepared) == 0;
-  };
   const std::vector<double> medians = alternate(
-      runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain_argv) == 0; }},
-             {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain_argv) == 0; }},
-             {"fence: the fenced call", [&] { return fenced_with(log, options); }},
-             {"fence: the fenced call with the namespace layer", [&] { return fenced_with(layer_log, layered); }}});
+      runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain.argv()) == 0; }},
+             {"fence: the posix_spawn baseline", [&] { return spawn_and_wait(plain.argv()) == 0; }},
+             {"fence: the fenced call", [&] { return base.call(); }},
+             {"fence: the fenced call with the namespace layer", [&] { return base.call(layer_log, layered); }}});
   const std::string figure =
       "resolve + PreparedFence::prepare + FencedCommand::run of bash -c true, workspace-write, isolation off";
   table.ratio("Fence", figure, medians[2] * 1e9, "fork + execve + waitpid of bash -c true", medians[0] * 1e9, 1.3);
@@ -1057,14 +1109,14 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
 
 #ifdef DSH_BENCH_SANDBOXED_BASH
   const std::string tool = DSH_BENCH_SANDBOXED_BASH;
-  const std::vector<double> tool_medians =
-      alternate(runs, {{"dsh-sandboxed-bash: bash -c true",
-                        [&] {
-                          return run_process({*bash, "-c", "true"}, false).exit_code == 0;
-                        }},
-                       {"dsh-sandboxed-bash", [&] {
-                          return run_process({tool, "--log", log_path.string(), "--", "true"}, false).exit_code == 0;
-                        }}});
+  const std::vector<double> tool_medians = alternate(
+      runs, {{"dsh-sandboxed-bash: bash -c true",
+              [&] {
+                return run_process({plain.path(), "-c", "true"}, false).exit_code == 0;
+              }},
+             {"dsh-sandboxed-bash", [&] {
+                return run_process({tool, "--log", base.log_path.string(), "--", "true"}, false).exit_code == 0;
+              }}});
   const double bash_s = tool_medians[0];
   const double tool_s = tool_medians[1];
   table.ratio("Fence", "dsh-sandboxed-bash --log L -- true (a process, wall time)", tool_s * 1e9, "bash -c true",
