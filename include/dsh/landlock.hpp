@@ -1327,14 +1327,15 @@ private:
     if (launch_ != Launch::fork) {
       // The launcher forks the supervisor from its own small image: nothing of the host is
       // copied, whatever its size (docs/performance.md#the-launcher).
-      note = detail::LauncherClient::instance().hand_over(supervisor_end.get());
+      ::mode_t mask = 022;
+      note = detail::LauncherClient::instance().hand_over(supervisor_end.get(), mask);
       if (note.empty()) {
         const UniqueFd cwd(detail::retry_on_eintr([] { return ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
         if (!cwd) {
           throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
         }
         // Should this throw, the supervisor reads end of file and exits without running anything.
-        detail::send_launch_request(host_end.get(), *this, fence, plan, cwd.get(), detail::current_umask());
+        detail::send_launch_request(host_end.get(), *this, fence, plan, cwd.get(), mask);
         launched = true;
       } else if (launch_ == Launch::launcher) {
         throw SystemError(ENOEXEC, "FencedCommand::spawn: cannot run " + json_string_literal(program_) +
@@ -1789,9 +1790,18 @@ inline int FencedChild::wait() {
     }
     pipe->reset();
   }
-  const int raw = end_supervisor();
+  const bool ended = report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended;
+  int raw = -1;
+  if (launched_ && ended) {
+    // Everything of the call is reaped; what is left is the launcher's child exiting, which
+    // the host need not wait for (it is not the host's child, and holds nothing of the call).
+    pid_ = -1;
+    supervisor_.reset();
+  } else {
+    raw = end_supervisor();
+  }
   control_.reset();
-  if (report_bytes == sizeof report && report.kind == detail::SupervisorReport::ended) {
+  if (ended) {
     status_ = report.error;
     timed_out_ = report.detail == detail::time_limit_reached;
     return status_;

@@ -94,16 +94,29 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
   print.push_back('\n');
 }
 
+/// The calling thread's /proc/thread-self/ns, opened once per thread and process (a fork's
+/// copy opens its own): each call then looks its namespaces up without walking /proc again.
+[[nodiscard]] inline int thread_namespaces() {
+  thread_local UniqueFd directory;
+  thread_local ::pid_t opened_by = -1;
+  if (!directory || opened_by != ::getpid()) {
+    directory.reset(retry_on_eintr([] { return ::open("/proc/thread-self/ns", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+    opened_by = ::getpid();
+  }
+  return directory.get();
+}
+
 /// What the calling thread passes to a process it forks that the launcher, started earlier,
-/// may not have: its credentials, capabilities, no_new_privs and system-call filters, securebits
-/// and personality, its namespaces, root directory, control groups, security label and resource
-/// limits, and the process's pid. Two equal prints mean a command started from the launcher gets
-/// what it would get from a fork of this thread, except what every call sends itself (working
-/// directory, umask, environment, descriptors) and the scheduling attributes (nice value, policy,
-/// CPU affinity: the launcher's, as the thread that started it had them). A Landlock domain
-/// cannot be read back, so it is not in the print (docs/enforcement.md#the-launcher). Throws
-/// only std::bad_alloc.
-[[nodiscard]] inline std::string launch_fingerprint() {
+/// may not have: its credentials, capabilities, no_new_privs and system-call filters (from one
+/// read of /proc/thread-self/status), securebits and personality, its namespaces, root
+/// directory, control groups and resource limits, and the process's pid. Two equal prints mean
+/// a command started from the launcher gets what it would get from a fork of this thread,
+/// except what every call sends itself (working directory, umask, environment, descriptors)
+/// and the scheduling attributes (nice value, policy, CPU affinity: the launcher's, as the
+/// thread that started it had them). A Landlock domain cannot be read back, so it is not in
+/// the print (docs/enforcement.md#the-launcher). Stores the process's umask, from the same
+/// read, in `mask`. Throws only std::bad_alloc.
+[[nodiscard]] inline std::string launch_fingerprint(::mode_t& mask) {
   std::string print;
   print.reserve(2048);
   print.append("pid=").append(std::to_string(::getpid())).push_back('\n');
@@ -119,23 +132,31 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
         print.append(status, at + 1, end - at);
       }
     }
-  }
-  for (const char* name : {"user", "mnt", "pid_for_children", "net", "ipc", "uts", "cgroup", "time_for_children"}) {
-    const std::string path = std::string("/proc/thread-self/ns/") + name;
-    struct stat info {};
-    print.append(name).push_back('=');
-    if (::stat(path.c_str(), &info) == 0) {
-      print.append(std::to_string(info.st_dev)).append(":").append(std::to_string(info.st_ino));
+    // umask(2) cannot read it without changing it for the host's other threads meanwhile.
+    mask = 022;
+    if (const std::size_t at = status.find("\nUmask:\t"); at != std::string::npos) {
+      mask = 0;
+      for (std::size_t i = at + 8; i < status.size() && status[i] >= '0' && status[i] <= '7'; ++i) {
+        mask = static_cast<::mode_t>(mask * 8U + static_cast<unsigned>(status[i] - '0'));
+      }
+      mask &= 0777U;
     }
-    print.push_back('\n');
+  }
+  const int namespaces = thread_namespaces();
+  // The link's text names the namespace ("mnt:[4026531841]"); reading it costs a third of a
+  // stat(2) of the namespace itself.
+  for (const char* name : {"user", "mnt", "pid_for_children", "net", "ipc", "uts", "cgroup", "time_for_children"}) {
+    std::array<char, 64> link{};
+    const ::ssize_t size = namespaces >= 0 ? ::readlinkat(namespaces, name, link.data(), link.size()) : -1;
+    print.append(name).push_back('=');
+    print.append(link.data(), size > 0 ? static_cast<std::size_t>(size) : 0).push_back('\n');
   }
   struct stat root {};
-  if (::stat("/proc/thread-self/root", &root) == 0) {
+  if (::stat("/", &root) == 0) { // after chroot(2), "/" is the new root
     print.append("root=").append(std::to_string(root.st_dev)).append(":").append(std::to_string(root.st_ino));
   }
   print.push_back('\n');
   append_proc_text(print, "cgroup", "/proc/thread-self/cgroup");
-  append_proc_text(print, "label", "/proc/thread-self/attr/current");
   for (int resource = 0; resource < RLIM_NLIMITS; ++resource) {
     rlimit limit{};
     if (::getrlimit(static_cast<__rlimit_resource_t>(resource), &limit) == 0) {
@@ -146,22 +167,6 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
   print.append("\nsecurebits=").append(std::to_string(::prctl(PR_GET_SECUREBITS, 0UL, 0UL, 0UL, 0UL)));
   print.append(" personality=").append(std::to_string(::personality(0xffffffffUL))).push_back('\n');
   return print;
-}
-
-/// The calling process's umask, as /proc/thread-self/status shows it (reading it with umask(2)
-/// would change it for the host's other threads meanwhile); 022 when the line is missing.
-[[nodiscard]] inline ::mode_t current_umask() {
-  std::string status;
-  append_proc_text(status, "status", "/proc/thread-self/status");
-  const std::size_t at = status.find("\nUmask:\t");
-  if (at == std::string::npos) {
-    return 022;
-  }
-  ::mode_t mask = 0;
-  for (std::size_t i = at + 8; i < status.size() && status[i] >= '0' && status[i] <= '7'; ++i) {
-    mask = static_cast<::mode_t>(mask * 8U + static_cast<unsigned>(status[i] - '0'));
-  }
-  return mask & 0777U;
 }
 #endif
 
@@ -213,11 +218,12 @@ public:
   /// none runs, when it runs for another process (this one was forked), or when the calling
   /// thread's `launch_fingerprint` differs from the one it was started with (it is then
   /// stopped and started again from this thread). A launcher that cannot be reached is started
-  /// again once. Returns "" when the launcher took the call, otherwise why not (also kept as
-  /// the state's problem); nothing was started then. Throws only std::bad_alloc.
-  [[nodiscard]] std::string hand_over(int control) {
+  /// again once. Stores the calling process's umask in `mask` (read with the fingerprint).
+  /// Returns "" when the launcher took the call, otherwise why not (also kept as the state's
+  /// problem); nothing was started then. Throws only std::bad_alloc.
+  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask) {
 #if defined(__linux__)
-    const std::string print = launch_fingerprint();
+    const std::string print = launch_fingerprint(mask);
     const std::lock_guard<std::mutex> lock(mutex_);
     if (program_.empty()) {
       return problem_ = "no launcher is configured (dsh::FenceLauncher::use, or the build's "
@@ -249,6 +255,7 @@ public:
     return problem_;
 #else
     (void)control;
+    mask = 022;
     return "a launcher needs Linux";
 #endif
   }
