@@ -1327,13 +1327,14 @@ private:
     if (launch_ != Launch::fork) {
       // The launcher forks the supervisor from its own small image: nothing of the host is
       // copied, whatever its size (docs/performance.md#the-launcher).
+      // The host's working directory as the call's (a fork would inherit it).
+      const UniqueFd cwd(detail::retry_on_eintr([] { return ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+      if (!cwd) {
+        throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
+      }
       ::mode_t mask = 022;
       note = detail::LauncherClient::instance().hand_over(supervisor_end.get(), mask);
       if (note.empty()) {
-        const UniqueFd cwd(detail::retry_on_eintr([] { return ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
-        if (!cwd) {
-          throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
-        }
         // Should this throw, the supervisor reads end of file and exits without running anything.
         detail::send_launch_request(host_end.get(), *this, fence, plan, cwd.get(), mask);
         launched = true;

@@ -58,7 +58,9 @@ public:
   }
   void filter(const std::vector<SyscallFilterInstruction>& program) {
     word(program.size());
-    bytes_.append(reinterpret_cast<const char*>(program.data()), program.size() * sizeof(SyscallFilterInstruction));
+    if (!program.empty()) {
+      bytes_.append(reinterpret_cast<const char*>(program.data()), program.size() * sizeof(SyscallFilterInstruction));
+    }
   }
   [[nodiscard]] const std::string& bytes() const noexcept { return bytes_; }
 
@@ -107,7 +109,9 @@ public:
       return program;
     }
     program.resize(count);
-    std::memcpy(program.data(), rest_.data(), count * sizeof(SyscallFilterInstruction));
+    if (count > 0) { // an empty vector's data() may be null, which memcpy must never get
+      std::memcpy(program.data(), rest_.data(), count * sizeof(SyscallFilterInstruction));
+    }
     rest_.remove_prefix(count * sizeof(SyscallFilterInstruction));
     return program;
   }
