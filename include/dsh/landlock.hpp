@@ -978,7 +978,14 @@ private:
     if (supervisor_) {
       pollfd exited{supervisor_.get(), POLLIN, 0};
       static_cast<void>(detail::retry_on_eintr([&]() noexcept { return ::poll(&exited, 1, -1); }));
-      for (int round = 0; round < 100000 && ::syscall(SYS_pidfd_send_signal, supervisor_.get(), 0, nullptr, 0U) == 0;
+      // A host that is a child subreaper inherits the supervisors of a launcher it stopped:
+      // then it reaps this one itself (P_PIDFD names no other child).
+      siginfo_t reaped{};
+      constexpr idtype_t by_pidfd = static_cast<idtype_t>(3); // P_PIDFD (Linux 5.4)
+      const bool ours = ::waitid(by_pidfd, static_cast<id_t>(supervisor_.get()), &reaped, WEXITED | WNOHANG) == 0 &&
+                        reaped.si_pid != 0;
+      for (int round = 0;
+           !ours && round < 100000 && ::syscall(SYS_pidfd_send_signal, supervisor_.get(), 0, nullptr, 0U) == 0;
            ++round) {
         const timespec pause{0, 10000};
         ::nanosleep(&pause, nullptr);

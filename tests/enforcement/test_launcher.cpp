@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -197,7 +198,14 @@ TEST_CASE("a launcher that cannot be used is reported, and Launch::launcher then
   REQUIRE(::chmod(lab.outside().c_str(), 0755) == 0);
 
   CHECK_THROWS_AS(FenceLauncher::use("relative/dsh-fence-launcher"), dsh::ConfigError);
-  FenceLauncher::use(copy);
+  // The copy changed since this process first used it (its modes): it is not run again.
+  CHECK(attempt(copy) == "the launcher " + dsh::json_string_literal(copy.string()) +
+                             " is not the file this process first used (replaced or changed since: device, inode, "
+                             "size or times differ); restart the host to use the new one");
+  const std::filesystem::path fresh = lab.outside() / "dsh-fence-launcher-2";
+  std::filesystem::copy_file(built_launcher, fresh);
+  REQUIRE(::chmod(fresh.c_str(), 0755) == 0);
+  FenceLauncher::use(fresh);
   const dsh::test::Shell copied = shell(fence, "echo copied", lab.workspace());
   CHECK(copied.out == "copied\n");
   CHECK(FenceLauncher::problem().empty());
@@ -319,4 +327,68 @@ TEST_CASE("when the host dies its launcher exits and its calls end") {
   }
   CHECK(launcher_gone);
   CHECK(command_gone);
+}
+
+TEST_CASE("a command that replaces a launcher its grant reaches does not get it run: the file is pinned") {
+  const Lab lab;
+  const std::filesystem::path marker = lab.outside() / "pwned";
+  const std::string result = as_host(false, [&] {
+    // A fence prepared before the host names a launcher inside its workspace: no guard knew it.
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+    std::filesystem::create_directory(lab.workspace() / "bin");
+    const std::filesystem::path planted = lab.workspace() / "bin" / "dsh-fence-launcher";
+    std::filesystem::copy_file(built_launcher, planted);
+    FenceLauncher::use(planted);
+    std::string text = shell(fence, "echo first", lab.workspace()).out;
+    text += shell(fence,
+                  "rm -f bin/dsh-fence-launcher && printf '#!/bin/sh\\nid > \"$M\"\\n' > bin/dsh-fence-launcher && "
+                  "chmod 755 bin/dsh-fence-launcher && echo replaced",
+                  lab.workspace(), {"M=" + marker.string()})
+                .out;
+    FenceLauncher::restart(); // as any change of the host's print would
+    FencedCommand next(dsh::test::shell_argv("echo next", {}));
+    std::string out;
+    next.on_output([&out](dsh::CommandStream, std::string_view bytes) { out.append(bytes); });
+    dsh::FencedChild child = next.spawn(fence);
+    text += child.launch_note().find("is not the file this process first used") != std::string::npos ? "refused\n"
+                                                                                                     : "used\n";
+    (void)child.wait();
+    return text + out;
+  });
+  CHECK(result == "first\nreplaced\nrefused\nnext\n");
+  CHECK_FALSE(std::filesystem::exists(marker));
+}
+
+TEST_CASE("threads with the same credentials share one launcher; one in a Landlock domain of its own gets its own") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::string result = as_host(false, [&] {
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::danger_full_access));
+    (void)shell(fence, "true", lab.workspace());
+    const unsigned starts = FenceLauncher::starts();
+    std::string text;
+    for (int i = 0; i < 3; ++i) {
+      std::thread([&] { text += shell(fence, "echo thread", lab.workspace()).out; }).join();
+    }
+    text += std::to_string(FenceLauncher::starts() - starts) + "\n";
+    std::thread([&] {
+      // This thread alone refuses making directories anywhere: a fork of it would pass that on.
+      dsh::detail::RulesetAttr attributes{};
+      attributes.handled_access_fs = 1ULL << 7; // LANDLOCK_ACCESS_FS_MAKE_DIR
+      const dsh::UniqueFd ruleset(
+          static_cast<int>(::syscall(dsh::detail::sys_landlock_create_ruleset, &attributes, sizeof attributes, 0U)));
+      if (!ruleset || ::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 ||
+          ::syscall(dsh::detail::sys_landlock_restrict_self, ruleset.get(), 0U) != 0) {
+        text += "no domain\n";
+        return;
+      }
+      text += shell(fence, "mkdir \"$D\" 2>/dev/null && echo made || echo refused", lab.workspace(),
+                    {"D=" + (lab.outside() / "made-by-domain").string()})
+                  .out;
+    }).join();
+    text += std::to_string(FenceLauncher::starts() - starts) + "\n";
+    return text;
+  });
+  CHECK(result == "thread\nthread\nthread\n0\nrefused\n1\n");
+  CHECK_FALSE(std::filesystem::exists(lab.outside() / "made-by-domain"));
 }

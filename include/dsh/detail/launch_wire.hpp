@@ -356,13 +356,28 @@ inline void send_launch_request(int control, const FencedCommand& command, const
     static_cast<void>(write_all(STDERR_FILENO, usage.data(), usage.size()));
     return 2;
   }
+  ::fcntl(3, F_SETFD, FD_CLOEXEC);
+  close_descriptor_range(4, std::numeric_limits<int>::max());
+  // Not the host's directory at its first call for the host's whole life (it would keep a
+  // removed directory alive, a file system busy); each supervisor enters the call's own.
+  if (::chdir("/") != 0) {
+    return 1;
+  }
+  // The hello: the protocol, then the credentials this program has after execve(2), which the
+  // host compares with its own.
   const LaunchHello hello{launch_magic, launch_protocol};
-  if (::send(3, &hello, sizeof hello, MSG_NOSIGNAL) != static_cast<::ssize_t>(sizeof hello) ||
+  std::string answer(reinterpret_cast<const char*>(&hello), sizeof hello);
+  try {
+    std::string status;
+    append_proc_text(status, "status", "/proc/thread-self/status");
+    answer += inherited_status_lines(status);
+  } catch (...) {
+    return 1;
+  }
+  if (::send(3, answer.data(), answer.size(), MSG_NOSIGNAL) != static_cast<::ssize_t>(answer.size()) ||
       std::string_view(argv[2]) != expected) {
     return 2; // the host reads the protocol from the hello and says what differs
   }
-  ::fcntl(3, F_SETFD, FD_CLOEXEC);
-  close_descriptor_range(4, std::numeric_limits<int>::max());
   // Every disposition the default, with the kernel's own call: posix_spawn leaves the C
   // library's internal signals (32 and 33) ignored in its child, and the library's sigaction
   // refuses to touch them, but a command must not inherit them ignored. A zeroed kernel

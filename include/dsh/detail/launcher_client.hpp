@@ -94,16 +94,19 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
   print.push_back('\n');
 }
 
-/// The calling thread's /proc/thread-self/ns, opened once per thread and process (a fork's
-/// copy opens its own): each call then looks its namespaces up without walking /proc again.
-[[nodiscard]] inline int thread_namespaces() {
-  thread_local UniqueFd directory;
-  thread_local ::pid_t opened_by = -1;
-  if (!directory || opened_by != ::getpid()) {
-    directory.reset(retry_on_eintr([] { return ::open("/proc/thread-self/ns", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
-    opened_by = ::getpid();
+/// The lines of /proc/<...>/status `text` that a child inherits and the launcher could lack
+/// (not NSpid: it is the thread's id, which differs in every thread), each with its newline.
+[[nodiscard]] inline std::string inherited_status_lines(const std::string& text) {
+  std::string lines;
+  for (const std::string_view key : {"Uid:", "Gid:", "Groups:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:",
+                                     "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"}) {
+    const std::size_t at = text.find(std::string("\n").append(key));
+    if (at != std::string::npos) {
+      const std::size_t end = text.find('\n', at + 1);
+      lines.append(text, at + 1, end == std::string::npos ? std::string::npos : end - at);
+    }
   }
-  return directory.get();
+  return lines;
 }
 
 /// What the calling thread passes to a process it forks that the launcher, started earlier,
@@ -123,15 +126,7 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
   {
     std::string status;
     append_proc_text(status, "status", "/proc/thread-self/status");
-    // Only the lines that a child inherits and the launcher could lack.
-    for (const std::string_view key : {"Uid:", "Gid:", "Groups:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:",
-                                       "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:", "NSpid:"}) {
-      const std::size_t at = status.find(std::string("\n").append(key));
-      if (at != std::string::npos) {
-        const std::size_t end = status.find('\n', at + 1);
-        print.append(status, at + 1, end - at);
-      }
-    }
+    print.append(inherited_status_lines(status));
     // umask(2) cannot read it without changing it for the host's other threads meanwhile.
     mask = 022;
     if (const std::size_t at = status.find("\nUmask:\t"); at != std::string::npos) {
@@ -142,7 +137,11 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
       mask &= 0777U;
     }
   }
-  const int namespaces = thread_namespaces();
+  // Opened on every call: a descriptor kept across calls could be closed by the host and its
+  // number reused for another file.
+  const UniqueFd namespaces_directory(
+      retry_on_eintr([] { return ::open("/proc/thread-self/ns", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+  const int namespaces = namespaces_directory.get();
   // The link's text names the namespace ("mnt:[4026531841]"); reading it costs a third of a
   // stat(2) of the namespace itself.
   for (const char* name : {"user", "mnt", "pid_for_children", "net", "ipc", "uts", "cgroup", "time_for_children"}) {
@@ -199,6 +198,14 @@ public:
       stop();
       program_ = std::move(program);
       problem_.clear();
+      pinned_ = {};
+#if defined(__linux__)
+      // Its identity now, before any fence of this process could grant a command its path.
+      struct stat info {};
+      if (!program_.empty() && ::stat(program_.c_str(), &info) == 0) {
+        pinned_ = identity_of(info);
+      }
+#endif
     }
   }
 
@@ -234,8 +241,8 @@ public:
       socket_.reset();
       pidfd_.reset();
       pid_ = -1;
-    } else if (socket_ && print != fingerprint_) {
-      stop();
+    } else if (socket_ && (print != fingerprint_ || (kcmp_tells_ && !may_compare_with_launcher()))) {
+      stop(); // the thread changed, or entered a Landlock domain the launcher is not in
     }
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (!socket_) {
@@ -304,6 +311,20 @@ private:
     if (std::string why = untrusted_program(); !why.empty()) {
       return why;
     }
+    // The file examined is the file executed (through its descriptor), and it must be the one
+    // this process first used: a fenced command that could reach its path (a grant made before
+    // the launcher was configured) must not have the next launcher run its own program unfenced.
+    const UniqueFd program(retry_on_eintr([&] { return ::open(program_.c_str(), O_PATH | O_CLOEXEC); }));
+    struct stat opened {};
+    if (!program || ::fstat(program.get(), &opened) != 0 || !S_ISREG(opened.st_mode)) {
+      return "the launcher " + json_string_literal(program_.native()) + " cannot be opened: " + std::strerror(errno);
+    }
+    if (pinned_.known && pinned_ != identity_of(opened)) {
+      return "the launcher " + json_string_literal(program_.native()) +
+             " is not the file this process first used (replaced or changed since: device, inode, size or "
+             "times differ); restart the host to use the new one";
+    }
+    const std::string by_descriptor = "/proc/self/fd/" + std::to_string(program.get());
     std::array<int, 2> ends{-1, -1};
     if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends.data()) != 0) {
       return std::string("socketpair for the launcher: ") + std::strerror(errno);
@@ -339,7 +360,7 @@ private:
     std::array<char*, 1> envp{nullptr};
     ::pid_t pid = -1;
     if (failed == 0) {
-      failed = ::posix_spawn(&pid, program_.c_str(), &actions, &attributes, argv.data(), envp.data());
+      failed = ::posix_spawn(&pid, by_descriptor.c_str(), &actions, &attributes, argv.data(), envp.data());
     }
     ::posix_spawn_file_actions_destroy(&actions);
     ::posix_spawnattr_destroy(&attributes);
@@ -355,16 +376,30 @@ private:
     LaunchHello hello{};
     std::string why;
     pollfd ready{host_end.get(), POLLIN, 0};
+    std::array<char, sizeof(LaunchHello) + 4096> answer{};
+    ::ssize_t got = -1;
     if (!pidfd) {
       why = std::string("pidfd_open: ") + std::strerror(pidfd_error);
     } else if (retry_on_eintr([&] { return ::poll(&ready, 1, 10000); }) <= 0) {
       why = "it did not answer within 10 s";
-    } else if (const ::ssize_t got = retry_on_eintr([&] { return ::recv(host_end.get(), &hello, sizeof hello, 0); });
-               got != static_cast<::ssize_t>(sizeof hello) || hello.magic != launch_magic) {
+    } else if (got = retry_on_eintr([&] { return ::recv(host_end.get(), answer.data(), answer.size(), 0); });
+               got < static_cast<::ssize_t>(sizeof hello) ||
+               (std::memcpy(&hello, answer.data(), sizeof hello), hello.magic != launch_magic)) {
       why = "it did not answer as dsh-fence-launcher (is it one?)";
     } else if (hello.protocol != launch_protocol) {
       why = "it speaks launch protocol " + std::to_string(hello.protocol) + ", this library " +
             std::to_string(launch_protocol) + " (install the launcher of the same version)";
+    } else {
+      // execve(2) computes credentials anew (a root host that gave up capabilities gets them
+      // back in the new program): the launcher's own must be this thread's, or its commands
+      // would get more than a fork of this thread gives them.
+      std::string own;
+      append_proc_text(own, "status", "/proc/thread-self/status");
+      const std::string theirs(answer.data() + sizeof hello, static_cast<std::size_t>(got) - sizeof hello);
+      if (const std::string mine = inherited_status_lines(own); theirs != mine) {
+        why = "it runs with other credentials than this thread (after execve): " + json_string_literal(theirs) +
+              " against " + json_string_literal(mine);
+      }
     }
     pid_ = pid;
     pidfd_ = std::move(pidfd);
@@ -375,6 +410,12 @@ private:
     }
     fingerprint_ = print;
     owner_ = ::getpid();
+    if (!pinned_.known) {
+      pinned_ = identity_of(opened);
+    }
+    // kcmp(2) is refused, by Landlock's ptrace rule, to a thread in a domain the launcher is
+    // not in; it must work now, or it cannot tell later (Yama's ptrace_scope 3, no kcmp).
+    kcmp_tells_ = may_compare_with_launcher();
     ++starts_;
     return {};
   }
@@ -397,8 +438,37 @@ private:
     pid_ = -1;
   }
 
+  /// What names a file's content for this check: device, inode, size, change and modification times.
+  struct FileIdentity {
+    bool known = false;
+    ::dev_t device = 0;
+    ::ino_t inode = 0;
+    ::off_t size = 0;
+    long long changed = 0;
+    long long modified = 0;
+    bool operator==(const FileIdentity&) const = default;
+  };
+  [[nodiscard]] static FileIdentity identity_of(const struct stat& info) noexcept {
+    return {true,
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            static_cast<long long>(info.st_ctim.tv_sec) * 1000000000LL + info.st_ctim.tv_nsec,
+            static_cast<long long>(info.st_mtim.tv_sec) * 1000000000LL + info.st_mtim.tv_nsec};
+  }
+
+#if defined(__linux__)
+  /// True when this thread may compare itself with the launcher (kcmp(2), KCMP_VM).
+  [[nodiscard]] bool may_compare_with_launcher() const noexcept {
+    constexpr int kcmp_vm = 1; // KCMP_VM of <linux/kcmp.h>
+    return ::syscall(SYS_kcmp, ::getpid(), pid_, kcmp_vm, 0UL, 0UL) >= 0;
+  }
+#endif
+
   std::mutex mutex_;
   std::filesystem::path program_;
+  FileIdentity pinned_; // the launcher file this process first used
+  bool kcmp_tells_ = false;
   UniqueFd socket_; // the host's end; the launcher exits when it closes
   UniqueFd pidfd_;
   ::pid_t pid_ = -1;
