@@ -72,7 +72,9 @@ TEST_CASE("a fenced call's supervisor is forked from the launcher, which serves 
   const Lab lab;
   const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
   FencedCommand command({"sleep", "30"});
-  command.launch(Launch::launcher);
+  // Every command runs in the workspace: the test's own directory may be under /tmp, which the
+  // namespace layer replaces in the command's view.
+  command.launch(Launch::launcher).in_directory(lab.workspace());
   dsh::FencedChild child = command.spawn(fence);
   CHECK(child.launched_by() == Launch::launcher);
   CHECK(child.launch_note().empty());
@@ -107,7 +109,7 @@ TEST_CASE("through the launcher the command gets the host's directory, umask, in
   ::setenv("MY_API_KEY", "sk-secret", 1);
   FencedCommand with_key({"bash", "--norc", "-c", "echo \"${MY_API_KEY-unset}\""});
   ::unsetenv("MY_API_KEY");
-  with_key.launch(Launch::launcher);
+  with_key.launch(Launch::launcher).in_directory(lab.workspace());
   const dsh::CommandOutput first = command.capture(fence, options);
   std::filesystem::current_path(lab.workspace());
   ::umask(022);
@@ -160,14 +162,14 @@ TEST_CASE("a launcher that cannot be used is reported, and Launch::launcher then
   const auto attempt = [&](const std::filesystem::path& program) {
     FenceLauncher::use(program);
     FencedCommand automatic(dsh::test::shell_argv("echo ok", {}));
-    automatic.on_output([](dsh::CommandStream, std::string_view) {});
+    automatic.in_directory(lab.workspace()).on_output([](dsh::CommandStream, std::string_view) {});
     dsh::FencedChild child = automatic.spawn(fence);
     CHECK(child.launched_by() == Launch::fork);
     const std::string note = child.launch_note();
     CHECK(child.wait() == 0);
     CHECK(FenceLauncher::pid() == -1);
     FencedCommand required({"touch", marker.string()});
-    required.launch(Launch::launcher);
+    required.launch(Launch::launcher).in_directory(lab.workspace());
     try {
       (void)required.run(fence);
       FAIL("Launch::launcher ran without a launcher");
@@ -348,7 +350,9 @@ TEST_CASE("a command that replaces a launcher its grant reaches does not get it 
     FenceLauncher::restart(); // as any change of the host's print would
     FencedCommand next(dsh::test::shell_argv("echo next", {}));
     std::string out;
-    next.on_output([&out](dsh::CommandStream, std::string_view bytes) { out.append(bytes); });
+    next.in_directory(lab.workspace()).on_output([&out](dsh::CommandStream, std::string_view bytes) {
+      out.append(bytes);
+    });
     dsh::FencedChild child = next.spawn(fence);
     text += child.launch_note().find("is not the file this process first used") != std::string::npos ? "refused\n"
                                                                                                      : "used\n";
