@@ -4,4 +4,4 @@
 // starts it with its socket as descriptor 3 (docs/enforcement.md#the-launcher).
 #include <dsh/landlock.hpp>
 
-int main(int argc, char** argv) { return dsh::detail::run_launcher(argc, argv); }
+int main(int argc, char** argv) { return dsh::detail::run_launcher<dsh::FencedCommand>(argc, argv); }

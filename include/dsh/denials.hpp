@@ -4,8 +4,8 @@
 #pragma once
 
 #include <dsh/detail/canonical.hpp>
-#include <dsh/detail/denial_text.hpp>
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/detail/fence/denial_text.hpp>
+#include <dsh/policy_types.hpp>
 
 #include <algorithm>
 #include <cerrno>

@@ -4,11 +4,12 @@
 /// (docs/enforcement.md#the-launcher, docs/performance.md#the-launcher).
 #pragma once
 
-#include <dsh/detail/launcher_client.hpp>
+#include <dsh/detail/process/launcher_client.hpp>
 
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <sys/types.h>
 

@@ -8,9 +8,9 @@
 // to an unchecked open.
 #pragma once
 
-#include <dsh/detail/open_checks.hpp>
+#include <dsh/detail/policy/open_checks.hpp>
 #include <dsh/detail/resolve_beneath.hpp>
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
 #include <dsh/write_error.hpp>
 

@@ -12,16 +12,18 @@
 #pragma once
 
 #include <dsh/detail/canonical.hpp>
-#include <dsh/detail/enum_table.hpp>
-#include <dsh/detail/epoch_time.hpp>
-#include <dsh/detail/expectation.hpp>
-#include <dsh/detail/json_members.hpp>
-#include <dsh/detail/json_text.hpp>
-#include <dsh/detail/last_event.hpp>
-#include <dsh/detail/protected_paths.hpp>
-#include <dsh/detail/session_concepts.hpp>
+#include <dsh/detail/policy/last_event.hpp>
+#include <dsh/detail/policy/protected_paths.hpp>
+#include <dsh/detail/policy/session_concepts.hpp>
+#include <dsh/detail/text/enum_table.hpp>
+#include <dsh/detail/text/epoch_time.hpp>
+#include <dsh/detail/text/expectation.hpp>
+#include <dsh/detail/text/json_members.hpp>
+#include <dsh/detail/text/json_text.hpp>
 #include <dsh/errors.hpp>
+#include <dsh/policy_types.hpp>
 #include <dsh/version.hpp>
+#include <dsh/vocabulary.hpp>
 
 #include <algorithm>
 #include <array>
@@ -55,213 +57,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace dsh {
-
-// Errors: <dsh/errors.hpp> (Error, ConfigError, InvariantViolation, ProtectedPathError,
-// SystemError), included above so that the base headers below this one can throw them too.
-
-// ---------------------------------------------------------------------------------------------
-// Vocabulary
-// ---------------------------------------------------------------------------------------------
-
-/// How far the model's tools may modify files.
-enum class SandboxMode : std::uint8_t { read_only, workspace_write, danger_full_access };
-
-/// A family of operations that can modify files, in canonical order.
-enum class Family : std::uint8_t { filesystem, bash, terminal };
-
-/// Which input decided a resolved mode.
-enum class ModeSource : std::uint8_t { approved, session, deployment };
-
-/// Which input decided a resolved workspace root.
-enum class RootSource : std::uint8_t { session, deployment };
-
-/// The `type` of the event that switches a session's sandbox mode.
-inline constexpr std::string_view SANDBOX_MODE_EVENT = "sandbox/mode";
-
-} // namespace dsh
-
-// The string tables of the enums above: the constants and conversions below read them.
-#include <dsh/detail/vocabulary.hpp>
-
-namespace dsh {
-
-/// Every sandbox mode, from narrowest to widest.
-inline constexpr std::array<SandboxMode, 3> SANDBOX_MODES = detail::enum_values<SandboxMode>();
-/// Every family, in canonical order.
-inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
-
-/// Returns "read-only", "workspace-write" or "danger-full-access"; "" for a value outside the enum.
-[[nodiscard]] constexpr std::string_view to_string(SandboxMode mode) noexcept { return detail::enum_name(mode); }
-/// Returns "filesystem", "bash" or "terminal"; "" for a value outside the enum.
-[[nodiscard]] constexpr std::string_view to_string(Family family) noexcept { return detail::enum_name(family); }
-/// Returns "approved", "session" or "deployment"; "" for a value outside the enum.
-[[nodiscard]] constexpr std::string_view to_string(ModeSource source) noexcept { return detail::enum_name(source); }
-/// Returns "session" or "deployment"; "" for a value outside the enum.
-[[nodiscard]] constexpr std::string_view to_string(RootSource source) noexcept { return detail::enum_name(source); }
-
-/// Returns the mode spelled exactly `text` (case-sensitive, no trimming), or nullopt.
-[[nodiscard]] constexpr std::optional<SandboxMode> parse_sandbox_mode(std::string_view text) noexcept {
-  return detail::enum_parse<SandboxMode>(text);
-}
-/// Returns the family spelled exactly `text` (case-sensitive, no trimming), or nullopt.
-[[nodiscard]] constexpr std::optional<Family> parse_family(std::string_view text) noexcept {
-  return detail::enum_parse<Family>(text);
-}
-
-/// Returns true if `mode` lets a call modify strictly more than `than` (read-only <
-/// workspace-write < danger-full-access); false when they are equal, when `mode` is narrower,
-/// and when either is a value outside the enum.
-[[nodiscard]] constexpr bool is_strictly_wider(SandboxMode mode, SandboxMode than) noexcept {
-  const std::size_t rank = detail::enum_index(mode);
-  const std::size_t than_rank = detail::enum_index(than);
-  return rank < SANDBOX_MODES.size() && than_rank < rank;
-}
-
-/// Returns the modes strictly wider than `mode`, narrowest first: a view of SANDBOX_MODES
-/// (static storage). Empty for danger-full-access and for a value outside the enum.
-[[nodiscard]] constexpr std::span<const SandboxMode> wider_modes(SandboxMode mode) noexcept {
-  const std::size_t rank = detail::enum_index(mode);
-  return rank < SANDBOX_MODES.size() ? std::span<const SandboxMode>(SANDBOX_MODES).subspan(rank + 1)
-                                     : std::span<const SandboxMode>();
-}
-
-/// Stores the mode's string in `json`.
-template <detail::ExactlyJson J> void to_json(J& json, SandboxMode mode) { json = to_string(mode); }
-/// Reads a mode from its string; throws ConfigError naming the vocabulary and the value otherwise.
-template <detail::ExactlyJson J> void from_json(const J& json, SandboxMode& mode) {
-  mode = detail::enum_from_json<SandboxMode>(json, "sandbox mode");
-}
-/// Stores the family's string in `json`.
-template <detail::ExactlyJson J> void to_json(J& json, Family family) { json = to_string(family); }
-/// Reads a family from its string; throws ConfigError naming the vocabulary and the value otherwise.
-template <detail::ExactlyJson J> void from_json(const J& json, Family& family) {
-  family = detail::enum_from_json<Family>(json, "family");
-}
-/// Stores the mode source's string in `json`.
-template <detail::ExactlyJson J> void to_json(J& json, ModeSource source) { json = to_string(source); }
-/// Reads a mode source from its string; throws ConfigError otherwise.
-template <detail::ExactlyJson J> void from_json(const J& json, ModeSource& source) {
-  source = detail::enum_from_json<ModeSource>(json, "mode source");
-}
-/// Stores the root source's string in `json`.
-template <detail::ExactlyJson J> void to_json(J& json, RootSource source) { json = to_string(source); }
-/// Reads a root source from its string; throws ConfigError otherwise.
-template <detail::ExactlyJson J> void from_json(const J& json, RootSource& source) {
-  source = detail::enum_from_json<RootSource>(json, "root source");
-}
-
-/// A set of families; iterates in canonical order (filesystem, bash, terminal).
-class FamilySet {
-public:
-  /// Iterates the members of a set in canonical order.
-  class iterator {
-  public:
-    using value_type = Family;
-    using difference_type = std::ptrdiff_t;
-
-    constexpr iterator() noexcept = default;
-    constexpr explicit iterator(std::uint8_t remaining) noexcept : remaining_(remaining) {}
-    /// Returns the member this iterator is at.
-    [[nodiscard]] constexpr Family operator*() const noexcept {
-      return static_cast<Family>(std::countr_zero(static_cast<unsigned>(remaining_)));
-    }
-    /// Advances to the next member in canonical order.
-    constexpr iterator& operator++() noexcept {
-      remaining_ = static_cast<std::uint8_t>(remaining_ & (remaining_ - 1U));
-      return *this;
-    }
-    /// Advances and returns the previous position.
-    constexpr iterator operator++(int) noexcept {
-      iterator before = *this;
-      ++*this;
-      return before;
-    }
-    [[nodiscard]] friend constexpr bool operator==(iterator, iterator) noexcept = default;
-
-  private:
-    std::uint8_t remaining_ = 0;
-  };
-
-  /// The empty set.
-  constexpr FamilySet() noexcept = default;
-  /// The set of the listed families.
-  constexpr FamilySet(std::initializer_list<Family> families) noexcept {
-    for (Family family : families) {
-      insert(family);
-    }
-  }
-  /// The set of all three families.
-  [[nodiscard]] static constexpr FamilySet all() noexcept {
-    return {Family::filesystem, Family::bash, Family::terminal};
-  }
-
-  /// Returns true if `family` is a member.
-  [[nodiscard]] constexpr bool contains(Family family) const noexcept { return (bits_ & bit(family)) != 0; }
-  /// Adds `family`; no effect if it is a member already.
-  constexpr void insert(Family family) noexcept { bits_ = static_cast<std::uint8_t>(bits_ | bit(family)); }
-  /// Removes `family`; no effect if it is not a member.
-  constexpr void erase(Family family) noexcept { bits_ = static_cast<std::uint8_t>(bits_ & ~bit(family)); }
-  /// Returns the number of members.
-  [[nodiscard]] constexpr std::size_t size() const noexcept {
-    return static_cast<std::size_t>(std::popcount(static_cast<unsigned>(bits_)));
-  }
-  /// Returns true if the set has no member.
-  [[nodiscard]] constexpr bool empty() const noexcept { return bits_ == 0; }
-  /// Returns an iterator to the first member in canonical order.
-  [[nodiscard]] constexpr iterator begin() const noexcept { return iterator{bits_}; }
-  /// Returns the end iterator.
-  [[nodiscard]] constexpr iterator end() const noexcept { return iterator{}; }
-
-  [[nodiscard]] friend constexpr bool operator==(FamilySet, FamilySet) noexcept = default;
-  /// Returns the families in both sets.
-  [[nodiscard]] friend constexpr FamilySet operator&(FamilySet a, FamilySet b) noexcept {
-    return FamilySet(static_cast<std::uint8_t>(a.bits_ & b.bits_));
-  }
-  /// Returns the families in either set.
-  [[nodiscard]] friend constexpr FamilySet operator|(FamilySet a, FamilySet b) noexcept {
-    return FamilySet(static_cast<std::uint8_t>(a.bits_ | b.bits_));
-  }
-
-private:
-  constexpr explicit FamilySet(std::uint8_t bits) noexcept : bits_(bits) {}
-  [[nodiscard]] static constexpr std::uint8_t bit(Family family) noexcept {
-    const auto index = static_cast<unsigned>(family);
-    return index < FAMILIES.size() ? static_cast<std::uint8_t>(1U << index) : std::uint8_t{0};
-  }
-  std::uint8_t bits_ = 0;
-};
-
-/// Stores the set as a JSON array of family strings in canonical order.
-template <detail::ExactlyJson J> void to_json(J& json, FamilySet families) {
-  json = J::array();
-  for (Family family : families) {
-    json.push_back(to_string(family));
-  }
-}
-
-} // namespace dsh
-
 // The internals the rest of this header is built on; they use the vocabulary above.
-#include <dsh/detail/approval_refusal.hpp>
-#include <dsh/detail/config_checks.hpp>
-#include <dsh/detail/event_rules.hpp>
-#include <dsh/detail/policy_text.hpp>
-#include <dsh/detail/registry.hpp>
+#include <dsh/detail/policy/approval_refusal.hpp>
+#include <dsh/detail/policy/config_checks.hpp>
+#include <dsh/detail/policy/event_rules.hpp>
+#include <dsh/detail/policy/policy_text.hpp>
+#include <dsh/detail/policy/registry.hpp>
 
 namespace dsh {
 
 // ---------------------------------------------------------------------------------------------
 // Sessions and the sandbox/mode event
 // ---------------------------------------------------------------------------------------------
-
-/// The immutable header of a session, written once at creation.
-struct SessionHeader {
-  std::string id;                 ///< The session id.
-  std::optional<std::string> cwd; ///< The session workspace; absent or empty: the owner's fallback root.
-  std::int64_t created_at = 0;    ///< Creation time, epoch milliseconds.
-  bool operator==(const SessionHeader&) const = default;
-};
 
 /// A session the library can read: `header()` and a range of JSON events.
 template <class S>
@@ -379,129 +186,12 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
-// Canonicalization
-// ---------------------------------------------------------------------------------------------
-
-/// Canonicalizes a path as docs/contract.md#canonicalization says: absolute against the process working directory;
-/// the physical identity (symbolic links followed, then each `..` taken physically) of the
-/// longest prefix that exists; the rest normalized lexically; no trailing separator except
-/// for "/". A dangling symbolic link at the end of the existing prefix is followed.
-/// When the whole path exists this costs an open(O_PATH), a readlink of /proc/self/fd/N and a
-/// close whatever its depth (realpath(3) where the kernel cannot answer so). Never fails for a
-/// path that cannot be examined (it uses as much identity as it can obtain); a path holding a
-/// NUL character is normalized lexically only. Throws dsh::SystemError only when `path` is relative and the
-/// process working directory cannot be read.
-[[nodiscard]] inline std::filesystem::path canonical_path(const std::filesystem::path& path) {
-  return detail::canonical_native(path.native());
-}
-
-// ---------------------------------------------------------------------------------------------
 // Configuration and the owner
 // ---------------------------------------------------------------------------------------------
 
-/// The deployment configuration of a `PolicyOwner`.
-struct PolicyConfig {
-  SandboxMode mode = SandboxMode::read_only;           ///< Deployment default; read-only is the fail-safe.
-  std::optional<std::filesystem::path> workspace_root; ///< Fallback root; default: the process working directory.
-  std::string host_label = "DSH";                      ///< The host's name in the model text.
-  /// The paths beneath a writable root that stay read-only (docs/enforcement.md#protected-paths).
-  ProtectedPathRules protected_paths{};
-
-  /// Reads a configuration object with the optional keys "mode", "workspaceRoot", "hostLabel"
-  /// and "protectedPaths" (an object with the optional keys "defaults", a boolean; "disable",
-  /// an array of default names; "extra", an array of paths). Throws ConfigError, naming the
-  /// key, the expectation and the value found, for anything but a JSON object, an unknown key,
-  /// a wrong type, a mode outside the vocabulary, an empty root or one holding NUL, a label
-  /// that is empty or holds a control character or `"`, a name outside the default list, and
-  /// an extra path that is empty, holds NUL or a ".." component, or names the root itself.
-  [[nodiscard]] static PolicyConfig from_json(const nlohmann::json& json) {
-    if (!json.is_object()) {
-      throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
-    }
-    PolicyConfig config;
-    for (const auto& [key, value] : json.get_ref<const nlohmann::json::object_t&>()) { // see check_envelope
-      if (key == "mode") {
-        config.mode = detail::enum_from_json<SandboxMode>(value, "PolicyConfig key \"mode\"");
-      } else if (key == "workspaceRoot") {
-        config.workspace_root = detail::config_string(value, key);
-        detail::require_valid_root(*config.workspace_root);
-      } else if (key == "hostLabel") {
-        config.host_label = detail::config_string(value, key);
-        detail::require_valid_label(config.host_label);
-      } else if (key == "protectedPaths") {
-        config.protected_paths = detail::protected_rules_from_json(value);
-      } else {
-        throw ConfigError(detail::expectation_message(
-            "PolicyConfig", "only the keys \"mode\", \"workspaceRoot\", \"hostLabel\" and \"protectedPaths\"", key));
-      }
-    }
-    return config;
-  }
-};
-
-/// The complete policy of one call: what every enforcement backend consumes.
-struct ResolvedPolicy {
-  SandboxMode mode = SandboxMode::read_only;       ///< The mode in force for this call.
-  std::filesystem::path workspace_root;            ///< Canonical, absolute.
-  ModeSource mode_source = ModeSource::deployment; ///< Which input decided `mode`.
-  RootSource root_source = RootSource::deployment; ///< Which input decided `workspace_root`.
-  /// The deployment's protected paths beneath the root (`PolicyConfig::protected_paths`).
-  ProtectedPathRules protected_paths{};
-
-  bool operator==(const ResolvedPolicy&) const = default;
-
-  /// The in-process write check of the `filesystem` family. Returns false in read-only and
-  /// true in danger-full-access. In workspace-write returns true exactly when `target`,
-  /// taken against the workspace root if relative and canonicalized like the root (so a
-  /// symbolic link inside the workspace that points outside is outside), is the root or lies
-  /// beneath it by whole components, and is not protected: false when it is a protected
-  /// entry or lies beneath one (a pinned directory only refuses itself), and for every target
-  /// beneath the root when its protected paths cannot be known (`dsh::protected_paths`
-  /// throws then). That part looks at the filesystem as it is now: a few lstat(2) calls for a
-  /// plain repository. An empty path is never permitted.
-  /// A path check is only as good as the moment it runs: the filesystem can change between
-  /// this check and the write (time of check / time of use). Open beneath the root with the
-  /// kernel's help (`dsh::open_beneath` in <dsh/open_beneath.hpp>) where that matters.
-  [[nodiscard]] bool permits_write(const std::filesystem::path& target) const {
-    switch (mode) {
-    case SandboxMode::danger_full_access:
-      return true;
-    case SandboxMode::workspace_write: {
-      if (target.empty() || target.native().find('\0') != std::string::npos) {
-        return false;
-      }
-      const std::filesystem::path canonical = canonical_path(target.is_absolute() ? target : workspace_root / target);
-      return detail::is_within(canonical, workspace_root) &&
-             !detail::protected_refusal(workspace_root, protected_paths, canonical);
-    }
-    case SandboxMode::read_only:
-      break;
-    }
-    return false;
-  }
-};
-
-/// Returns the protected entries beneath `policy.workspace_root` under `policy.protected_paths`
-/// (docs/enforcement.md#protected-paths), whatever the mode: what `permits_write`,
-/// `open_for_write` and the fence's namespace layer refuse, as the filesystem is now, in the
-/// order the scan finds them. Throws ProtectedPathError naming the path, the expectation and
-/// what was found when the list cannot be known (writes beneath the root are then refused).
-[[nodiscard]] inline std::vector<detail::ProtectedEntry> protected_paths(const ResolvedPolicy& policy) {
-  detail::ProtectedScan scan = detail::protected_entries(policy.workspace_root, policy.protected_paths);
-  if (!scan.problem.empty()) {
-    throw ProtectedPathError(scan.problem, scan.error);
-  }
-  return std::move(scan.entries);
-}
-
-/// Stores the policy as `{"mode","workspaceRoot","modeSource","rootSource"}`; a root that is
-/// not valid UTF-8 is stored with U+FFFD replacements, as in the model text.
-template <detail::ExactlyJson J> void to_json(J& json, const ResolvedPolicy& policy) {
-  json = J{{"mode", policy.mode},
-           {"workspaceRoot", detail::repaired_utf8(policy.workspace_root.native())},
-           {"modeSource", policy.mode_source},
-           {"rootSource", policy.root_source}};
-}
+// SessionHeader, canonical_path, PolicyConfig, ResolvedPolicy, protected_paths and
+// json_string_literal: <dsh/policy_types.hpp>, included above, so that the fence, the write tools
+// and the session log can use them without this header.
 
 /// Takes back one registration; defined with the registry below.
 class Disposer;
@@ -783,14 +473,6 @@ inline Disposer PolicyOwner::add(detail::Contribution kind, Family family) {
 
 /// The name of the context contribution this library renders.
 inline constexpr std::string_view SANDBOX_POLICY_CONTEXT = "sandbox:policy";
-
-/// Returns `text` as a JSON string literal (see the model text's `{root}`).
-[[nodiscard]] inline std::string json_string_literal(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  detail::append_json_string(out, text);
-  return out;
-}
 
 /// Renders the `sandbox:policy` text of docs/contract.md#the-model-text, byte for byte. Returns "" when `enforced`
 /// is empty; otherwise one line without a trailing newline. Only families both enforced and

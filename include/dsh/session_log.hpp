@@ -8,12 +8,13 @@
 /// the log keeps where each row begins and parses a row only when `events()` reaches it.
 #pragma once
 
-#include <dsh/detail/log_state.hpp>
 #include <dsh/detail/path_trust.hpp>
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/detail/slog/log_state.hpp>
+#include <dsh/policy_types.hpp>
 #include <dsh/session_log_types.hpp>
 #include <dsh/unique_fd.hpp>
 
+#include <cerrno>
 #include <compare>
 #include <cstddef>
 #include <cstdint>

@@ -3,7 +3,7 @@
 /// the options of `SessionLog::open` (docs/session-log.md).
 #pragma once
 
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/policy_types.hpp>
 
 #include <chrono>
 #include <cstddef>

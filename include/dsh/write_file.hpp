@@ -4,7 +4,7 @@
 #pragma once
 
 #include <dsh/open_beneath.hpp>
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
 #include <dsh/write_error.hpp>
 
@@ -22,10 +22,13 @@
 #include <string_view>
 #include <vector>
 
+#include <cstddef>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <system_error>
 #include <unistd.h>
+#include <utility>
 
 namespace dsh {
 

@@ -11,7 +11,7 @@
 // Each measurement runs in a fresh child process (this program re-executed), so that its peak
 // resident set (getrusage's ru_maxrss, from wait4) is its own; the file is read once first so
 // that every method starts from a warm page cache.
-#include <dsh/detail/zstd_frames.hpp>
+#include <dsh/detail/slog/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
 
 #include "realistic_log.hpp"

@@ -33,7 +33,7 @@ endforeach()
 # Nothing but our own package, and the example programs (in BINDIR) when examples are built.
 file(GLOB_RECURSE installed RELATIVE "${STAGE}" "${STAGE}/*")
 list(FILTER installed EXCLUDE REGEX "^${BINDIR}/[^/]+$")
-list(FILTER installed EXCLUDE REGEX "^${INCLUDEDIR}/dsh/(detail/)?[a-z_]+\\.hpp$")
+list(FILTER installed EXCLUDE REGEX "^${INCLUDEDIR}/dsh/(detail/([a-z]+/)?)?[a-z_]+\\.(hpp|inc)$")
 list(FILTER installed EXCLUDE REGEX "^${package_dir}/dsh_sandbox_policy[-A-Za-z]*\\.cmake$")
 list(REMOVE_ITEM installed "${DATADIR}/pkgconfig/dsh_sandbox_policy.pc" "${DATADIR}/doc/dsh_sandbox_policy/LICENSE")
 # The fence launcher, which the package and the pkg-config file name (docs/enforcement.md#the-launcher).

@@ -4,7 +4,7 @@
 // command runs in").
 #include "support/landlock.hpp"
 
-#include <dsh/detail/command_environment.hpp>
+#include <dsh/detail/process/command_environment.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 

@@ -1,4 +1,4 @@
-// The fence's system-call filter (dsh/detail/syscall_filter.hpp), without Landlock:
+// The fence's system-call filter (dsh/detail/fence/syscall_filter.hpp), without Landlock:
 //   * the program against its table: a classic BPF interpreter runs it for every call of every
 //     row on x86_64, i386, aarch64 and arm, with arguments on both sides of each condition;
 //   * the numbers against the kernel headers of the build machine;
@@ -12,9 +12,9 @@
 #include "support/landlock.hpp"
 #include "syscall_numbers.hpp"
 
+#include <dsh/detail/fence/syscall_filter.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/detail/resolve_beneath.hpp>
-#include <dsh/detail/syscall_filter.hpp>
 
 #include <algorithm>
 #include <array>

@@ -4,7 +4,7 @@
 // an append publish its row once it is on disk without being able to fail).
 #include "support/catch.hpp"
 
-#include <dsh/detail/row_index.hpp>
+#include <dsh/detail/slog/row_index.hpp>
 
 #include <cstdint>
 #include <cstdlib>

@@ -8,7 +8,7 @@
 #include "support/temp_dir.hpp"
 #include "support/zstd_cli.hpp"
 
-#include <dsh/detail/zstd_frames.hpp>
+#include <dsh/detail/slog/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
 
 #include <algorithm>

@@ -4,7 +4,7 @@
 // the store, duplicated ids, both encodings at once, and a header that belongs elsewhere.
 #include "support/session_log.hpp"
 
-#include <dsh/detail/zstd_frames.hpp>
+#include <dsh/detail/slog/zstd_frames.hpp>
 #include <dsh/session_store.hpp>
 
 #include <optional>

@@ -6,7 +6,7 @@
 #include "support/temp_dir.hpp"
 #include "support/zstd_cli.hpp"
 
-#include <dsh/detail/zstd_frames.hpp>
+#include <dsh/detail/slog/zstd_frames.hpp>
 
 #include <cstdlib>
 #include <filesystem>

@@ -2,7 +2,7 @@
 // makes it) compiles the Zstandard entry points, and each says exactly why it cannot work.
 #undef DSH_SANDBOX_POLICY_HAS_ZSTD
 #define DSH_SANDBOX_POLICY_HAS_ZSTD 0
-#include <dsh/detail/zstd_frames.hpp>
+#include <dsh/detail/slog/zstd_frames.hpp>
 #include <dsh/session_log.hpp>
 
 #include "support/catch.hpp"

@@ -6,7 +6,7 @@
 
 #include <dsh/detail/canonical.hpp>
 #include <dsh/detail/posix.hpp>
-#include <dsh/sandbox_policy.hpp>
+#include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
 
 #include <cerrno>
@@ -18,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>

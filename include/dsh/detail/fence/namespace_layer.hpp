@@ -1,0 +1,712 @@
+/// @file
+/// The fence's namespace layer: a user namespace for an unprivileged host, a private mount
+/// namespace with a read-only view of the host's filesystem, writable binds of the grants,
+/// protected paths bound read-only over them, a fresh /dev, a private /tmp, the host's state out
+/// of view, and new PID, IPC and UTS namespaces. Prepared before fork (every path and map is a
+/// string built then); the children only issue system calls.
+#pragma once
+
+#include <dsh/detail/fence/host_environment.hpp>
+#include <dsh/detail/policy/protected_paths.hpp>
+#include <dsh/detail/process/child_steps.hpp>
+#include <dsh/fence_types.hpp>
+#include <dsh/policy_types.hpp>
+
+#include <fstream>
+#include <mutex>
+
+#if defined(__linux__)
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <sched.h>
+#include <string>
+#include <string_view>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <system_error>
+#include <unistd.h>
+#include <utility>
+#include <vector>
+#endif
+
+namespace dsh::detail {
+
+// The new mount API of <linux/mount.h> (Linux 5.2; mount_setattr 5.12), declared here because
+// glibc's <sys/mount.h> and <linux/mount.h> do not mix. The numbers are those of every
+// architecture: system calls added after 5.0 share one table.
+inline constexpr long sys_open_tree = 428;
+inline constexpr long sys_move_mount = 429;
+inline constexpr long sys_mount_setattr = 442;
+inline constexpr unsigned open_tree_clone = 1U;
+inline constexpr unsigned at_recursive = 0x8000U;
+inline constexpr unsigned move_mount_f_empty_path = 0x4U;
+inline constexpr unsigned move_mount_t_empty_path = 0x40U;
+inline constexpr std::uint64_t mount_attr_rdonly = 0x1U;
+inline constexpr std::uint64_t mount_attr_nosuid = 0x2U;
+inline constexpr std::uint64_t mount_attr_nodev = 0x4U;
+inline constexpr std::uint64_t mount_attr_noexec = 0x8U;
+
+/// struct mount_attr (MOUNT_ATTR_SIZE_VER0).
+struct MountAttr {
+  std::uint64_t attr_set = 0;
+  std::uint64_t attr_clr = 0;
+  std::uint64_t propagation = 0;
+  std::uint64_t userns_fd = 0;
+};
+
+/// The names of the layer's rows in `FenceReport::layers`, in the order the child applies them.
+inline constexpr std::string_view layer_user = "user namespace";
+inline constexpr std::string_view layer_mount = "mount namespace";
+inline constexpr std::string_view layer_readonly_root = "read-only root";
+inline constexpr std::string_view layer_protected = "protected paths";
+inline constexpr std::string_view layer_dev = "/dev";
+inline constexpr std::string_view layer_pid = "PID namespace and /proc";
+inline constexpr std::string_view layer_ipc = "IPC namespace";
+inline constexpr std::string_view layer_uts = "UTS namespace";
+inline constexpr std::string_view layer_temporary = "/tmp, /var/tmp, /dev/shm";
+inline constexpr std::string_view layer_hidden = "host state out of view";
+
+/// What the namespace layer does in a child, every path built when the fence was prepared.
+struct NamespacePlan {
+  bool active = false;                        ///< the layer applies (every row but possibly `temporary_areas`)
+  bool user_namespace = false;                ///< an unprivileged host: a user namespace first
+  std::string uid_map;                        ///< "<euid> <euid> 1\n"
+  std::string gid_map;                        ///< "<egid> <egid> 1\n"
+  std::vector<std::string> writable;          ///< the fence's directory grants, bound writable onto themselves
+  std::vector<std::string> protected_files;   ///< bound read-only onto themselves (files, placeholders)
+  std::vector<std::string> protected_dirs;    ///< bound read-only onto themselves (directories, placeholders)
+  std::vector<std::string> pinned;            ///< directories bound writable onto themselves
+  bool temporary_areas = false;               ///< /tmp, /var/tmp and /dev/shm are replaced
+  std::string temporary;                      ///< the private directory mounted there; "" for an empty read-only view
+  std::vector<std::string> temporary_targets; ///< "/tmp" first, then the other existing areas (canonical)
+  std::vector<std::string> hidden_dirs;       ///< replaced by an empty read-only tmpfs
+  std::vector<std::string> hidden_files;      ///< replaced by a read-only, nodev bind of /dev/null
+};
+
+#if defined(__linux__)
+/// The host devices bound into the command's fresh /dev, by the same name.
+inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/zero",    "/dev/full",
+                                                          "/dev/random", "/dev/urandom", "/dev/tty"};
+
+/// Writes `text` to the /proc file `path`; returns errno or 0. Async-signal-safe.
+[[nodiscard]] inline int write_proc_file(const char* path, const char* text) noexcept {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return errno;
+  }
+  const std::size_t size = std::strlen(text);
+  const ::ssize_t wrote = retry_on_eintr([&]() noexcept { return ::write(fd, text, size); });
+  const int error = wrote == static_cast<::ssize_t>(size) ? 0 : (wrote < 0 ? errno : EIO);
+  ::close(fd);
+  return error;
+}
+
+/// Enters a new user namespace that maps the caller's effective user and group to themselves
+/// (setgroups denied first, as an unprivileged gid map requires). Async-signal-safe.
+[[nodiscard]] inline ApplyResult enter_user_namespace(const NamespacePlan& plan) noexcept {
+  if (::unshare(CLONE_NEWUSER) != 0) {
+    return {errno, "unshare(CLONE_NEWUSER)"};
+  }
+  if (const int error = write_proc_file("/proc/self/setgroups", "deny"); error != 0) {
+    return {error, "write(\"/proc/self/setgroups\")"};
+  }
+  if (const int error = write_proc_file("/proc/self/uid_map", plan.uid_map.c_str()); error != 0) {
+    return {error, "write(\"/proc/self/uid_map\")"};
+  }
+  if (const int error = write_proc_file("/proc/self/gid_map", plan.gid_map.c_str()); error != 0) {
+    return {error, "write(\"/proc/self/gid_map\")"};
+  }
+  return {};
+}
+
+/// Waits for `child` and ends the calling process the way it ended: the same exit status, or
+/// the same signal (128 + its number when the signal does not end this process). Never returns.
+[[noreturn]] inline void pass_on_ending(::pid_t child) noexcept {
+  int status = 0;
+  if (retry_on_eintr([&]() noexcept { return ::waitpid(child, &status, 0); }) < 0) {
+    ::_exit(126);
+  }
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    struct sigaction action {};
+    action.sa_handler = SIG_DFL;
+    ::sigemptyset(&action.sa_mask);
+    (void)::sigaction(signal, &action, nullptr);
+    sigset_t only;
+    ::sigemptyset(&only);
+    ::sigaddset(&only, signal);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::kill(::getpid(), signal);
+    ::_exit(128 + signal);
+  }
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 126);
+}
+
+/// For a caller that is not a supervisor (`exec_in_child`, `apply`): enters a new PID
+/// namespace and forks once, so that the caller's child, which returns from here, is PID 1 of
+/// it; the caller itself waits and passes on how that child ended (`pass_on_ending`). The
+/// child dies with the caller (PR_SET_PDEATHSIG), and the kernel then ends the namespace.
+/// Returns the failed step, or error 0 in the child. Async-signal-safe.
+[[nodiscard]] inline ApplyResult enter_pid_namespace_by_fork() noexcept {
+  if (::unshare(CLONE_NEWPID) != 0) {
+    return {errno, "unshare(CLONE_NEWPID)"};
+  }
+  const ::pid_t child = ::fork();
+  if (child < 0) {
+    return {errno, "fork (PID 1 of the new PID namespace)"};
+  }
+  if (child > 0) {
+    pass_on_ending(child);
+  }
+  ::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(SIGKILL), 0UL, 0UL, 0UL);
+  return {};
+}
+
+/// Mounts a clone of the tree at `source` (a path, or with `source_fd` >= 0 that O_PATH
+/// descriptor) onto `target` without following a link there; the clone's own mount is made
+/// read-only with `readonly` (with `attributes`, recursively) or writable otherwise (its
+/// submounts keep their flags). `directory`: whether the target must be a directory (else
+/// it must not be one). Returns errno or 0. Async-signal-safe.
+[[nodiscard]] inline int attach_clone(int source_fd, const char* source, const char* target, bool directory,
+                                      bool readonly, std::uint64_t attributes = 0) noexcept {
+  const int target_fd = ::open(target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (target_fd < 0) {
+    return errno;
+  }
+  struct stat info {};
+  if (::fstat(target_fd, &info) != 0 || S_ISDIR(info.st_mode) != directory || S_ISLNK(info.st_mode)) {
+    ::close(target_fd);
+    return S_ISLNK(info.st_mode) ? ELOOP : directory ? ENOTDIR : EISDIR;
+  }
+  const unsigned source_flags = open_tree_clone | O_CLOEXEC | at_recursive | AT_SYMLINK_NOFOLLOW |
+                                (source_fd >= 0 ? static_cast<unsigned>(AT_EMPTY_PATH) : 0U);
+  const int tree = static_cast<int>(
+      ::syscall(sys_open_tree, source_fd >= 0 ? source_fd : AT_FDCWD, source_fd >= 0 ? "" : source, source_flags));
+  if (tree < 0) {
+    const int error = errno;
+    ::close(target_fd);
+    return error;
+  }
+  MountAttr attr{};
+  if (readonly) {
+    attr.attr_set = mount_attr_rdonly | attributes;
+  } else {
+    attr.attr_clr = mount_attr_rdonly;
+  }
+  const unsigned set_flags = AT_EMPTY_PATH | (readonly ? at_recursive : 0U);
+  int error = 0;
+  if (::syscall(sys_mount_setattr, tree, "", set_flags, &attr, sizeof attr) != 0 ||
+      ::syscall(sys_move_mount, tree, "", target_fd, "", move_mount_f_empty_path | move_mount_t_empty_path) != 0) {
+    error = errno;
+  }
+  ::close(tree);
+  ::close(target_fd);
+  return error;
+}
+
+/// Creates the empty file or directory `path` in the fresh /dev (a tmpfs the child made);
+/// returns errno or 0. Async-signal-safe.
+[[nodiscard]] inline int make_mountpoint(const char* path, bool directory) noexcept {
+  if (directory) {
+    return ::mkdir(path, 0755) == 0 ? 0 : errno;
+  }
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    return errno;
+  }
+  ::close(fd);
+  return 0;
+}
+
+/// The mount steps of the layer, in a child that already entered the user namespace (when the
+/// plan has one) and, with `pid_namespace`, is PID 1 of a new PID namespace: a new mount, IPC
+/// and UTS namespace, `/` recursively private, the read-only view, the writable grants, the
+/// protected entries, /dev, the temporary areas, the host's state out of view, /proc, and the
+/// working directory found again in the new view. Returns the failed step, or error 0.
+/// Async-signal-safe.
+[[nodiscard]] inline ApplyResult apply_mount_layer(const NamespacePlan& plan, bool pid_namespace) noexcept {
+  // The working directory as a path: the descriptor the process holds still points into the
+  // view before the mounts, where a grant is read-only.
+  std::array<char, 4096> cwd{};
+  const bool have_cwd = ::syscall(SYS_getcwd, cwd.data(), cwd.size()) > 0 && cwd[0] == '/';
+  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return {errno, "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)"};
+  }
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return {errno, "mount(\"/\", MS_REC|MS_PRIVATE)"};
+  }
+  // The host's devices, held before the fresh /dev covers them.
+  std::array<int, layer_devices.size()> devices{};
+  devices.fill(-1);
+  const auto close_devices = [&devices]() noexcept {
+    for (int& fd : devices) {
+      if (fd >= 0) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  };
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    devices[i] = ::open(layer_devices[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (devices[i] < 0) {
+      const int error = errno;
+      close_devices();
+      return {error, "open(O_PATH) of a host device for /dev"};
+    }
+  }
+  const auto fail = [&close_devices](int error, const char* step) noexcept {
+    close_devices();
+    return ApplyResult{error, step};
+  };
+  MountAttr readonly_root{};
+  readonly_root.attr_set = mount_attr_rdonly;
+  if (::syscall(sys_mount_setattr, AT_FDCWD, "/", at_recursive, &readonly_root, sizeof readonly_root) != 0) {
+    return fail(errno, "mount_setattr(\"/\", AT_RECURSIVE, MOUNT_ATTR_RDONLY)");
+  }
+  for (const std::string& grant : plan.writable) {
+    if (const int error = attach_clone(-1, grant.c_str(), grant.c_str(), true, false); error != 0) {
+      return fail(error, "bind of a writable grant");
+    }
+  }
+  for (const std::string& entry : plan.pinned) {
+    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false); error != 0) {
+      return fail(error, "bind of a pinned directory");
+    }
+  }
+  for (const std::string& entry : plan.protected_dirs) {
+    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, true); error != 0) {
+      return fail(error, "read-only bind of a protected directory");
+    }
+  }
+  for (const std::string& entry : plan.protected_files) {
+    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), false, true); error != 0) {
+      return fail(error, "read-only bind of a protected file");
+    }
+  }
+  // A fresh /dev: the host's devices bound by name, a new devpts instance, /dev/shm.
+  if (::mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") != 0) {
+    return fail(errno, "mount(\"tmpfs\", \"/dev\")");
+  }
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (const int error = make_mountpoint(layer_devices[i], false); error != 0) {
+      return fail(error, "open(O_CREAT) of a device's name in /dev");
+    }
+    if (const int error = attach_clone(devices[i], "", layer_devices[i], false, false); error != 0) {
+      return fail(error, "bind of a host device into /dev");
+    }
+  }
+  close_devices();
+  for (const char* directory : {"/dev/pts", "/dev/shm"}) {
+    if (const int error = make_mountpoint(directory, true); error != 0) {
+      return fail(error, "mkdir in /dev");
+    }
+  }
+  if (::mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") != 0) {
+    return fail(errno, "mount(\"devpts\", \"/dev/pts\")");
+  }
+  for (const auto& [target, name] :
+       std::array<std::pair<const char*, const char*>, 5>{{{"pts/ptmx", "/dev/ptmx"},
+                                                           {"/proc/self/fd", "/dev/fd"},
+                                                           {"/proc/self/fd/0", "/dev/stdin"},
+                                                           {"/proc/self/fd/1", "/dev/stdout"},
+                                                           {"/proc/self/fd/2", "/dev/stderr"}}}) {
+    if (::symlink(target, name) != 0) {
+      return fail(errno, "symlink in /dev");
+    }
+  }
+  if (::mount(nullptr, "/dev", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr) != 0) {
+    return fail(errno, "mount(\"/dev\", MS_REMOUNT|MS_RDONLY)");
+  }
+  if (plan.temporary_areas) {
+    // The private directory at /tmp, then /tmp (now that directory) at the other areas.
+    for (std::size_t i = 0; i <= plan.temporary_targets.size(); ++i) {
+      const char* target = i < plan.temporary_targets.size() ? plan.temporary_targets[i].c_str() : "/dev/shm";
+      int error = 0;
+      if (!plan.temporary.empty()) {
+        error =
+            attach_clone(-1, i == 0 ? plan.temporary.c_str() : plan.temporary_targets[0].c_str(), target, true, false);
+      } else if (::mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
+        error = errno;
+      }
+      if (error != 0) {
+        return fail(error, "mount of a temporary area");
+      }
+    }
+  }
+  for (const std::string& directory : plan.hidden_dirs) {
+    if (::mount("tmpfs", directory.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
+      return fail(errno, "mount of an empty view over a host directory");
+    }
+  }
+  for (const std::string& file : plan.hidden_files) {
+    if (const int error = attach_clone(-1, "/dev/null", file.c_str(), false, true,
+                                       mount_attr_nodev | mount_attr_nosuid | mount_attr_noexec);
+        error != 0) {
+      return fail(error, "bind of /dev/null over a host file");
+    }
+  }
+  if (pid_namespace && ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+    return fail(errno, "mount(\"proc\", \"/proc\")");
+  }
+  if (have_cwd && ::chdir(cwd.data()) != 0) {
+    return {errno, "chdir (the working directory in the command's view)"};
+  }
+  return {};
+}
+
+/// Whether the layer can be had: the first step that failed, or error 0.
+struct NamespaceProbe {
+  int error = 0;
+  const char* step = "";
+};
+
+/// Tries, in a short-lived child, what a call's children will do first: the user namespace
+/// (`plan.user_namespace`), the mount, PID, IPC and UTS namespaces, `/` made private and
+/// read-only, and /proc mounted by PID 1 of the new PID namespace. Everything it made ends with
+/// it. Asks the kernel on every call: a seccomp filter, a sysctl or a security module loaded
+/// later would make any cached answer stale.
+[[nodiscard]] inline NamespaceProbe probe_namespace_layer(const NamespacePlan& plan) noexcept {
+  int ends[2] = {-1, -1};
+  if (::pipe2(ends, O_CLOEXEC) != 0) {
+    return {errno, "pipe2"};
+  }
+  const ::pid_t child = ::fork();
+  if (child < 0) {
+    const int error = errno;
+    ::close(ends[0]);
+    ::close(ends[1]);
+    return {error, "fork"};
+  }
+  if (child == 0) {
+    ::close(ends[0]);
+    ApplyResult step{};
+    if (plan.user_namespace) {
+      step = enter_user_namespace(plan);
+    }
+    if (step.ok() && ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+      step = {errno, "unshare(CLONE_NEWNS|CLONE_NEWPID|CLONE_NEWIPC|CLONE_NEWUTS)"};
+    }
+    if (step.ok() && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      step = {errno, "mount(\"/\", MS_REC|MS_PRIVATE)"};
+    }
+    MountAttr readonly_root{};
+    readonly_root.attr_set = mount_attr_rdonly;
+    if (step.ok() &&
+        ::syscall(sys_mount_setattr, AT_FDCWD, "/", at_recursive, &readonly_root, sizeof readonly_root) != 0) {
+      step = {errno, "mount_setattr(\"/\", AT_RECURSIVE, MOUNT_ATTR_RDONLY)"};
+    }
+    if (step.ok()) {
+      const ::pid_t init = ::fork();
+      if (init == 0) {
+        ::_exit(::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0 ? 0 : errno);
+      }
+      int status = 0;
+      if (init < 0) {
+        step = {errno, "fork (PID 1 of the new PID namespace)"};
+      } else if (retry_on_eintr([&]() noexcept { return ::waitpid(init, &status, 0); }) < 0 || !WIFEXITED(status) ||
+                 WEXITSTATUS(status) != 0) {
+        step = {WIFEXITED(status) && WEXITSTATUS(status) != 0 ? WEXITSTATUS(status) : ECHILD,
+                "mount(\"proc\", \"/proc\")"};
+      }
+    }
+    const NamespaceProbe result{step.error, step.step};
+    (void)write_all(ends[1], reinterpret_cast<const char*>(&result), sizeof result);
+    ::_exit(0);
+  }
+  ::close(ends[1]);
+  NamespaceProbe result{};
+  std::size_t got = 0;
+  while (got < sizeof result) {
+    const ::ssize_t part = retry_on_eintr(
+        [&]() noexcept { return ::read(ends[0], reinterpret_cast<char*>(&result) + got, sizeof result - got); });
+    if (part <= 0) {
+      break;
+    }
+    got += static_cast<std::size_t>(part);
+  }
+  ::close(ends[0]);
+  int status = 0;
+  (void)retry_on_eintr([&]() noexcept { return ::waitpid(child, &status, 0); });
+  if (got != sizeof result) {
+    return {EIO, "reading the namespace probe's report"};
+  }
+  return result;
+}
+#endif
+
+/// What decides the probe's answer that belongs to the calling process: its effective ids, its
+/// /proc status lines for capabilities, no_new_privs and seccomp (a filter installed later
+/// changes the answer: `Seccomp_filters` counts them) and the namespaces it is in. Empty when
+/// something cannot be read (the probe then runs every time).
+[[nodiscard]] inline std::string namespace_probe_key() {
+  std::string key = std::to_string(::geteuid()) + ":" + std::to_string(::getegid());
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int found = 0;
+  while (std::getline(status, line)) {
+    for (const std::string_view name : {"CapEff:", "CapBnd:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:"}) {
+      if (std::string_view(line).starts_with(name)) {
+        key += "|" + line;
+        ++found;
+      }
+    }
+  }
+  for (const char* ns : {"/proc/self/ns/user", "/proc/self/ns/mnt", "/proc/self/ns/pid"}) {
+    struct stat info {};
+    if (::stat(ns, &info) != 0) {
+      return {};
+    }
+    key += "|" + std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+  }
+  return found == 5 ? key : std::string();
+}
+
+/// `probe_namespace_layer(plan)`, remembered for this process as long as
+/// `namespace_probe_key()` stays the same. What the key cannot see (a sysctl, a security module's
+/// policy changed by the machine's owner later) makes a later call fail closed, naming the step,
+/// never run with less.
+[[nodiscard]] inline NamespaceProbe cached_namespace_probe(const NamespacePlan& plan) {
+#if defined(__linux__)
+  static std::mutex guard;
+  static std::string cached_key;
+  static NamespaceProbe cached{};
+  const std::string key = namespace_probe_key();
+  const std::lock_guard<std::mutex> lock(guard);
+  if (!key.empty() && key == cached_key) {
+    return cached;
+  }
+  cached = probe_namespace_layer(plan);
+  cached_key = key;
+  return cached;
+#else
+  (void)plan;
+  return {ENOSYS, "unshare"};
+#endif
+}
+
+/// The placeholder that keeps the missing protected `entry` from being created: an empty
+/// directory (0755) or file (0644) made now by the host, in the entry's canonical parent, never
+/// through a link. Throws LandlockError (naming `subject`, the entry and the reason) when it
+/// cannot be made or something else took its name.
+inline void make_placeholder(const std::string& subject, const ProtectedEntry& entry) {
+  const bool directory = entry.kind == ProtectedKind::missing_directory;
+  const std::string name = entry.path.filename().native();
+  const UniqueFd parent{::open(entry.path.parent_path().c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  int error = parent ? 0 : errno;
+  if (error == 0 && directory) {
+    error = ::mkdirat(parent.get(), name.c_str(), 0755) == 0 ? 0 : errno;
+  } else if (error == 0) {
+    const UniqueFd made{
+        ::openat(parent.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)};
+    error = made ? 0 : errno;
+    // What git must read there as it reads the absence (".\n" for a commondir).
+    if (error == 0 && !entry.placeholder.empty() &&
+        !write_all(made.get(), entry.placeholder.data(), entry.placeholder.size())) {
+      error = errno != 0 ? errno : EIO;
+    }
+  }
+  if (error != 0) {
+    throw LandlockError(subject + ": cannot make the placeholder that keeps the protected path " +
+                        json_string_literal(entry.path.native()) + " (" + entry.rule +
+                        ") from being created: " + std::strerror(error));
+  }
+}
+
+/// The namespace layer of a fence whose base `report` is built: probes whether it can be had
+/// and records each row in `report.layers`; returns the plan the children apply (inactive when
+/// it does not apply). `scan` is the protected list of the workspace root.
+/// Throws LandlockError when `options.isolation` is `required` and a row cannot be had, when
+/// the layer applies and `scan.problem` is not empty, or when a placeholder cannot be made.
+[[nodiscard]] inline NamespacePlan plan_namespace_layer(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                        const HostEnvironment& environment, const ProtectedScan& scan,
+                                                        FenceReport& report) {
+  NamespacePlan plan;
+  if (options.isolation == Isolation::off || report.status == FenceStatus::unrestricted) {
+    return plan;
+  }
+  report.isolation = options.isolation;
+  const std::string subject = "the namespace layer of the " + std::string(to_string(policy.mode)) + " fence";
+  plan.user_namespace = !holds_sys_admin();
+  plan.uid_map = std::to_string(::geteuid()) + " " + std::to_string(::geteuid()) + " 1\n";
+  plan.gid_map = std::to_string(::getegid()) + " " + std::to_string(::getegid()) + " 1\n";
+  std::vector<std::string_view> names{layer_mount, layer_readonly_root, layer_protected, layer_dev,   layer_pid,
+                                      layer_ipc,   layer_uts,           layer_temporary, layer_hidden};
+  if (plan.user_namespace) {
+    names.insert(names.begin(), layer_user);
+  }
+  const auto refuse = [&](const std::string& reason) {
+    for (const std::string_view name : names) {
+      report.layers.push_back({std::string(name), false, reason});
+    }
+    if (options.isolation == Isolation::required) {
+      throw LandlockError(subject + " is required (FenceOptions::isolation) but cannot be had: " + reason +
+                          "; nothing runs");
+    }
+  };
+  const NamespaceProbe probe = cached_namespace_probe(plan);
+  if (probe.error != 0) {
+    refuse(std::string(probe.step) + ": " + std::strerror(probe.error));
+    return plan;
+  }
+  if (!scan.problem.empty()) {
+    throw LandlockError(subject + ": the protected paths beneath " +
+                        json_string_literal(policy.workspace_root.native()) + " cannot be known: " + scan.problem +
+                        "; refusing to run without them");
+  }
+  plan.active = true;
+
+  for (const FenceGrant& grant : report.grants) {
+    if (std::filesystem::is_directory(grant.path)) {
+      plan.writable.push_back(grant.path.native());
+    }
+  }
+  if (policy.mode == SandboxMode::workspace_write) {
+    for (const ProtectedEntry& entry : scan.entries) {
+      switch (entry.kind) {
+      case ProtectedKind::missing_directory:
+      case ProtectedKind::missing_file:
+        make_placeholder(subject, entry);
+        (entry.kind == ProtectedKind::missing_directory ? plan.protected_dirs : plan.protected_files)
+            .push_back(entry.path.native());
+        break;
+      case ProtectedKind::directory:
+        plan.protected_dirs.push_back(entry.path.native());
+        break;
+      case ProtectedKind::file:
+        plan.protected_files.push_back(entry.path.native());
+        break;
+      case ProtectedKind::pinned_directory:
+        plan.pinned.push_back(entry.path.native());
+        break;
+      }
+    }
+  }
+
+  // The temporary areas: replaced unless the workspace root (in every mode: a read-only
+  // command still works and reads there), a grant or the session cwd lies beneath one (it
+  // would vanish from the view).
+  std::string temporary_problem;
+  for (const char* area : {"/tmp", "/var/tmp"}) {
+    struct stat info {};
+    std::error_code ignored;
+    const std::filesystem::path canonical = std::filesystem::weakly_canonical(area, ignored);
+    if (ignored || ::lstat(canonical.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+      if (plan.temporary_targets.empty()) {
+        temporary_problem = "there is no directory /tmp";
+      }
+      continue;
+    }
+    if (std::find(plan.temporary_targets.begin(), plan.temporary_targets.end(), canonical.native()) !=
+        plan.temporary_targets.end()) {
+      continue;
+    }
+    if (!policy.workspace_root.empty() && is_within(policy.workspace_root, canonical)) {
+      temporary_problem = "the workspace root " + json_string_literal(policy.workspace_root.native()) +
+                          " lies beneath " + json_string_literal(canonical.native());
+    }
+    for (const std::string& grant : plan.writable) {
+      if (grant != report.temporary_directory.native() && is_within(grant, canonical)) {
+        temporary_problem = "the granted directory " + json_string_literal(grant) + " lies beneath " +
+                            json_string_literal(canonical.native());
+      }
+    }
+    if (!options.session_cwd.empty() && is_within(canonical_path(options.session_cwd), canonical)) {
+      temporary_problem = "the session cwd " + json_string_literal(options.session_cwd.native()) + " lies beneath " +
+                          json_string_literal(canonical.native());
+    }
+    plan.temporary_targets.push_back(canonical.native());
+  }
+  plan.temporary_areas = temporary_problem.empty();
+  plan.temporary = report.temporary_directory.native();
+  const auto replaced = [&plan](const std::filesystem::path& path) {
+    return plan.temporary_areas && std::any_of(plan.temporary_targets.begin(), plan.temporary_targets.end(),
+                                               [&path](const std::string& area) { return is_within(path, area); });
+  };
+
+  // The host's state: each existing path becomes an empty view, unless it is already out of
+  // view or hiding it would hide what the command works in.
+  const std::filesystem::path cwd =
+      options.session_cwd.empty() ? std::filesystem::path() : canonical_path(options.session_cwd);
+  const auto contains_work = [&](const std::filesystem::path& directory) {
+    return is_within(policy.workspace_root, directory) || (!cwd.empty() && is_within(cwd, directory)) ||
+           std::any_of(plan.writable.begin(), plan.writable.end(),
+                       [&directory](const std::string& grant) { return is_within(grant, directory); });
+  };
+  const auto hide = [&](const std::string& what, const std::filesystem::path& spelled) {
+    std::error_code ignored;
+    const std::filesystem::path path = std::filesystem::weakly_canonical(spelled, ignored);
+    struct stat info {};
+    if (ignored || ::lstat(path.c_str(), &info) != 0 || replaced(path) || path == path.root_path()) {
+      return;
+    }
+    for (const std::vector<std::string>* done : {&plan.hidden_dirs, &plan.hidden_files}) {
+      for (const std::string& hidden : *done) {
+        if (is_within(path, hidden)) {
+          return; // already out of view
+        }
+      }
+    }
+    if (S_ISDIR(info.st_mode)) {
+      if (contains_work(path)) {
+        report.notes.push_back("not out of view: " + what + " " + json_string_literal(path.native()) +
+                               " holds the workspace, the session cwd or a grant");
+        return;
+      }
+      // What was hidden beneath it is out of view with it (and would have no mount point left).
+      for (std::vector<std::string>* done : {&plan.hidden_dirs, &plan.hidden_files}) {
+        done->erase(std::remove_if(done->begin(), done->end(),
+                                   [&path](const std::string& hidden) { return is_within(hidden, path); }),
+                    done->end());
+      }
+      plan.hidden_dirs.push_back(path.native());
+    } else {
+      plan.hidden_files.push_back(path.native());
+    }
+  };
+  if (!options.session_log.empty()) {
+    std::error_code ignored;
+    const std::filesystem::path log = std::filesystem::weakly_canonical(options.session_log, ignored);
+    if (!ignored && contains_work(log.parent_path())) {
+      hide("the session log", log);
+    } else if (!ignored) {
+      hide("the session log's directory", log.parent_path());
+    }
+  }
+  for (const std::filesystem::path& path : options.protected_paths) {
+    if (path.is_absolute()) {
+      hide("the protected path", path);
+    }
+  }
+  if (environment.xdg_runtime_dir != nullptr && environment.xdg_runtime_dir[0] == '/') {
+    hide("the runtime directory", environment.xdg_runtime_dir);
+  } else {
+    hide("the runtime directory", "/run/user/" + std::to_string(::geteuid()));
+  }
+  for (const char* socket : {"/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock"}) {
+    hide("the container socket", socket);
+  }
+
+  for (const std::string_view name : names) {
+    const bool temporary = name == layer_temporary;
+    report.layers.push_back({std::string(name), !temporary || plan.temporary_areas,
+                             temporary && !plan.temporary_areas ? temporary_problem : std::string()});
+  }
+  if (!plan.temporary_areas && options.isolation == Isolation::required) {
+    throw LandlockError(subject + " is required (FenceOptions::isolation) but " + std::string(layer_temporary) +
+                        " cannot be replaced: " + temporary_problem + "; nothing runs");
+  }
+  report.ipc_namespace = true;
+  return plan;
+}
+
+} // namespace dsh::detail

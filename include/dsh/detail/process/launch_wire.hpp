@@ -1,0 +1,441 @@
+/// @file
+/// The launch request: what a host sends a supervisor forked from the launcher, how the
+/// supervisor reads it back into the command and fence it runs, and the launcher's loop.
+#pragma once
+
+#include <dsh/detail/process/command_environment.hpp>
+#include <dsh/detail/process/launcher_client.hpp>
+#include <dsh/detail/process/supervisor.hpp>
+#include <dsh/fence_types.hpp>
+#include <dsh/prepared_fence.hpp>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace dsh::detail {
+
+/// The fixed part of a launch request, sent with its descriptors (SCM_RIGHTS); `size` bytes of
+/// fields follow on the same stream.
+struct LaunchHeader {
+  std::uint32_t magic = launch_magic;
+  std::uint32_t protocol = launch_protocol;
+  std::uint64_t size = 0;
+  std::uint32_t descriptors = 0;
+  std::uint32_t reserved = 0;
+};
+
+/// At most this many descriptors travel with a request: the working directory, the ruleset,
+/// stdin, stdout, stderr and the terminal.
+inline constexpr std::size_t launch_descriptors = 6;
+
+/// Appends the fields of a request, each in the host's byte order (the launcher runs on the
+/// same machine): words, then texts and lists as a length and their bytes.
+class LaunchWriter {
+public:
+  void word(std::uint64_t value) { bytes_.append(reinterpret_cast<const char*>(&value), sizeof value); }
+  void text(std::string_view value) {
+    word(value.size());
+    bytes_.append(value);
+  }
+  void texts(const std::vector<std::string>& values) {
+    word(values.size());
+    for (const std::string& value : values) {
+      text(value);
+    }
+  }
+  void filter(const std::vector<SyscallFilterInstruction>& program) {
+    word(program.size());
+    if (!program.empty()) {
+      bytes_.append(reinterpret_cast<const char*>(program.data()), program.size() * sizeof(SyscallFilterInstruction));
+    }
+  }
+  [[nodiscard]] const std::string& bytes() const noexcept { return bytes_; }
+
+private:
+  std::string bytes_;
+};
+
+/// Reads what LaunchWriter wrote; a field past the end, or a count larger than what is left,
+/// makes `ok()` false and every later field empty.
+class LaunchReader {
+public:
+  explicit LaunchReader(std::string_view bytes) noexcept : rest_(bytes) {}
+  [[nodiscard]] std::uint64_t word() noexcept {
+    std::uint64_t value = 0;
+    if (!take(sizeof value)) {
+      return 0;
+    }
+    std::memcpy(&value, rest_.data() - sizeof value, sizeof value);
+    return value;
+  }
+  [[nodiscard]] std::string text() {
+    const std::uint64_t size = word();
+    if (!take(size)) {
+      return {};
+    }
+    return std::string(rest_.data() - size, size);
+  }
+  [[nodiscard]] std::vector<std::string> texts() {
+    const std::uint64_t count = word();
+    std::vector<std::string> values;
+    if (count > rest_.size() / sizeof(std::uint64_t)) {
+      ok_ = false;
+      return values;
+    }
+    values.reserve(count);
+    for (std::uint64_t i = 0; i < count && ok_; ++i) {
+      values.push_back(text());
+    }
+    return values;
+  }
+  [[nodiscard]] std::vector<SyscallFilterInstruction> filter() {
+    const std::uint64_t count = word();
+    std::vector<SyscallFilterInstruction> program;
+    if (count > rest_.size() / sizeof(SyscallFilterInstruction)) {
+      ok_ = false;
+      return program;
+    }
+    program.resize(count);
+    if (count > 0) { // an empty vector's data() may be null, which memcpy must never get
+      std::memcpy(program.data(), rest_.data(), count * sizeof(SyscallFilterInstruction));
+    }
+    rest_.remove_prefix(count * sizeof(SyscallFilterInstruction));
+    return program;
+  }
+  /// True when every field was there and nothing is left over.
+  [[nodiscard]] bool complete() const noexcept { return ok_ && rest_.empty(); }
+
+private:
+  bool take(std::uint64_t size) noexcept {
+    if (!ok_ || size > rest_.size()) {
+      ok_ = false;
+      return false;
+    }
+    rest_.remove_prefix(size);
+    return true;
+  }
+  std::string_view rest_;
+  bool ok_ = true;
+};
+
+/// The request's codec, a friend of FencedCommand and PreparedFence: the host writes their
+/// parts a supervisor needs, the supervisor builds its own copies from them. Its functions are
+/// templates over the command's class (FencedCommand) so that this header sits below
+/// <dsh/fenced_command.hpp>, which sends with it.
+struct LaunchWire {
+  /// Sends the request for `command` under `fence` with `plan`'s descriptors to the supervisor's
+  /// socket `control`: the working directory `cwd`, the ruleset, the stdio and terminal
+  /// descriptors travel as SCM_RIGHTS, the rest as fields. Throws dsh::SystemError when the
+  /// socket refuses it (the supervisor is gone).
+  template <class Command> static void send(int control, const Command& command, const PreparedFence& fence,
+                                            const StartPlan& plan, int cwd, ::mode_t mask) {
+    std::array<int, launch_descriptors> descriptors{};
+    std::uint32_t count = 0;
+    const auto attach = [&](int fd) -> std::uint64_t {
+      if (fd < 0) {
+        return ~0ULL;
+      }
+      descriptors[count] = fd;
+      return count++;
+    };
+    LaunchWriter out;
+    out.word(attach(cwd));
+    out.word(attach(fence.ruleset_.get()));
+    for (const int fd : plan.stdio) {
+      out.word(attach(fd));
+    }
+    out.word(attach(plan.terminal));
+    out.word(plan.null_stdin ? 1 : 0);
+    out.word(mask);
+    out.word(static_cast<std::uint64_t>(command.limit_ms_));
+    out.text(command.program_);
+    out.texts(command.args_);
+    out.texts(command.environment_.resolved(fence.temporary_directory_assignment()));
+    out.text(command.directory_.native());
+    const FenceReport& report = fence.report_;
+    out.word(static_cast<std::uint64_t>(report.status));
+    out.word(report.syscall_filter ? 1 : 0);
+    out.word(report.ipc_namespace ? 1 : 0);
+    out.filter(fence.filter_);
+    out.filter(fence.refusing_filter_);
+    const NamespacePlan& layer = fence.namespaces_;
+    out.word(layer.active ? 1 : 0);
+    out.word(layer.user_namespace ? 1 : 0);
+    out.text(layer.uid_map);
+    out.text(layer.gid_map);
+    out.texts(layer.writable);
+    out.texts(layer.protected_files);
+    out.texts(layer.protected_dirs);
+    out.texts(layer.pinned);
+    out.word(layer.temporary_areas ? 1 : 0);
+    out.text(layer.temporary);
+    out.texts(layer.temporary_targets);
+    out.texts(layer.hidden_dirs);
+    out.texts(layer.hidden_files);
+    out.word(launch_magic);
+
+    LaunchHeader header;
+    header.size = out.bytes().size();
+    header.descriptors = count;
+    iovec part{&header, sizeof header};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * launch_descriptors)> space{};
+    msghdr message{};
+    message.msg_iov = &part;
+    message.msg_iovlen = 1;
+    message.msg_control = space.data();
+    message.msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr* attached = CMSG_FIRSTHDR(&message);
+    attached->cmsg_level = SOL_SOCKET;
+    attached->cmsg_type = SCM_RIGHTS;
+    attached->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(attached), descriptors.data(), sizeof(int) * count);
+    if (retry_on_eintr([&] { return ::sendmsg(control, &message, MSG_NOSIGNAL); }) !=
+        static_cast<::ssize_t>(sizeof header)) {
+      throw SystemError(errno, "FencedCommand::spawn: sending the launch request");
+    }
+    std::size_t done = 0;
+    while (done < out.bytes().size()) {
+      const ::ssize_t wrote = retry_on_eintr(
+          [&] { return ::send(control, out.bytes().data() + done, out.bytes().size() - done, MSG_NOSIGNAL); });
+      if (wrote <= 0) {
+        throw SystemError(errno, "FencedCommand::spawn: sending the launch request");
+      }
+      done += static_cast<std::size_t>(wrote);
+    }
+  }
+
+  /// In a supervisor the launcher forked for the call on `control`: reads the request, takes
+  /// the host's umask and working directory, and supervises the command as a supervisor forked
+  /// from the host would (FencedCommand::supervise). A request it cannot read is reported as a
+  /// supervision failure. Never returns.
+  template <class Command> [[noreturn]] static void serve(int control) noexcept {
+    const auto fail = [control](int error, const char* step) noexcept {
+      SupervisorReport report{};
+      report.kind = SupervisorReport::failed;
+      report.stage = static_cast<int>(ChildStage::supervision);
+      report.error = error;
+      report.detail = -1;
+      for (std::size_t i = 0; i + 1 < report.step.size() && step[i] != '\0'; ++i) {
+        report.step[i] = step[i];
+      }
+      static_cast<void>(write_all(control, reinterpret_cast<const char*>(&report), sizeof report));
+      ::_exit(Command::cannot_run_exit_code);
+    };
+    LaunchHeader header;
+    std::array<int, launch_descriptors> received{};
+    received.fill(-1);
+    iovec part{&header, sizeof header};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * launch_descriptors)> space{};
+    msghdr message{};
+    message.msg_iov = &part;
+    message.msg_iovlen = 1;
+    message.msg_control = space.data();
+    message.msg_controllen = space.size();
+    ::ssize_t got = retry_on_eintr([&]() noexcept { return ::recvmsg(control, &message, MSG_CMSG_CLOEXEC); });
+    std::uint32_t count = 0;
+    for (cmsghdr* attached = got > 0 ? CMSG_FIRSTHDR(&message) : nullptr; attached != nullptr;
+         attached = CMSG_NXTHDR(&message, attached)) {
+      if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
+        const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
+        for (std::size_t i = 0; i < bytes / sizeof(int) && count < launch_descriptors; ++i) {
+          std::memcpy(&received[count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
+        }
+      }
+    }
+    if (got <= 0 || (message.msg_flags & MSG_CTRUNC) != 0) {
+      fail(got < 0 ? errno : EPROTO, "reading the launch request");
+    }
+    auto done = static_cast<std::size_t>(got);
+    while (done < sizeof header) {
+      got = retry_on_eintr(
+          [&]() noexcept { return ::recv(control, reinterpret_cast<char*>(&header) + done, sizeof header - done, 0); });
+      if (got <= 0) {
+        fail(got < 0 ? errno : EPROTO, "reading the launch request");
+      }
+      done += static_cast<std::size_t>(got);
+    }
+    if (header.magic != launch_magic || header.protocol != launch_protocol || header.descriptors != count ||
+        header.size > (1ULL << 30)) {
+      fail(EPROTO, "reading the launch request");
+    }
+    try {
+      std::string bytes(header.size, '\0');
+      for (done = 0; done < bytes.size();) {
+        got = retry_on_eintr([&] { return ::recv(control, bytes.data() + done, bytes.size() - done, 0); });
+        if (got <= 0) {
+          fail(got < 0 ? errno : EPROTO, "reading the launch request");
+        }
+        done += static_cast<std::size_t>(got);
+      }
+      LaunchReader in(bytes);
+      const auto descriptor = [&](std::uint64_t index) noexcept { return index < count ? received[index] : -1; };
+      const int cwd = descriptor(in.word());
+      UniqueFd ruleset(descriptor(in.word()));
+      StartPlan plan;
+      for (int& fd : plan.stdio) {
+        fd = descriptor(in.word());
+      }
+      plan.terminal = descriptor(in.word());
+      plan.null_stdin = in.word() != 0;
+      const auto mask = static_cast<::mode_t>(in.word() & 0777U);
+      const auto limit = static_cast<long long>(in.word());
+      std::string program = in.text();
+      std::vector<std::string> args = in.texts();
+      std::vector<std::string> environment = in.texts();
+      std::string directory = in.text();
+      FenceReport report;
+      report.status = static_cast<FenceStatus>(in.word());
+      report.syscall_filter = in.word() != 0;
+      report.ipc_namespace = in.word() != 0;
+      std::vector<SyscallFilterInstruction> filter = in.filter();
+      std::vector<SyscallFilterInstruction> refusing = in.filter();
+      NamespacePlan layer;
+      layer.active = in.word() != 0;
+      layer.user_namespace = in.word() != 0;
+      layer.uid_map = in.text();
+      layer.gid_map = in.text();
+      layer.writable = in.texts();
+      layer.protected_files = in.texts();
+      layer.protected_dirs = in.texts();
+      layer.pinned = in.texts();
+      layer.temporary_areas = in.word() != 0;
+      layer.temporary = in.text();
+      layer.temporary_targets = in.texts();
+      layer.hidden_dirs = in.texts();
+      layer.hidden_files = in.texts();
+      const bool ended = in.word() == launch_magic;
+      if (!in.complete() || !ended || cwd < 0 || args.empty() || report.status > FenceStatus::unfenced) {
+        fail(EPROTO, "reading the launch request");
+      }
+      ::umask(mask);
+      if (::fchdir(cwd) != 0) {
+        fail(errno, "fchdir to the host's working directory");
+      }
+      ::close(cwd);
+      PreparedFence fence(std::move(report), std::move(ruleset), {}, std::move(filter), std::move(refusing));
+      fence.namespaces_ = std::move(layer);
+      Command command(std::move(args), std::move(program), CommandEnvironment::exactly(std::move(environment)),
+                      std::move(directory), limit);
+      command.supervise(fence, plan, control);
+    } catch (...) { // std::bad_alloc: this fork of the launcher has nothing else to throw
+      fail(ENOMEM, "reading the launch request");
+    }
+    ::_exit(Command::cannot_run_exit_code); // not reached: supervise and fail never return
+  }
+};
+
+/// The launcher's program (tools/dsh_fence_launcher.cpp calls it from main): checks that it
+/// was started by this library's host side (`launch_protocol_flag` and the protocol, a socket as
+/// descriptor 3), answers with its hello, then forks one supervisor for each descriptor the host
+/// hands it (`LaunchWire::serve`) until the host closes the socket. Returns the exit status: 0
+/// when the host closed it, 2 for a wrong start (with a line on stderr).
+template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
+  const std::string expected = std::to_string(launch_protocol);
+  struct stat socket_info {};
+  if (argc != 3 || std::string_view(argv[1]) != launch_protocol_flag || ::fstat(3, &socket_info) != 0 ||
+      !S_ISSOCK(socket_info.st_mode)) {
+    constexpr std::string_view usage =
+        "dsh-fence-launcher: not a program to run by hand: the dsh-sandbox-policy library starts it "
+        "(docs/enforcement.md#the-launcher)\n";
+    static_cast<void>(write_all(STDERR_FILENO, usage.data(), usage.size()));
+    return 2;
+  }
+  ::fcntl(3, F_SETFD, FD_CLOEXEC);
+  close_descriptor_range(4, std::numeric_limits<int>::max());
+  // Not the host's directory at its first call for the host's whole life (it would keep a
+  // removed directory alive, a file system busy); each supervisor enters the call's own.
+  if (::chdir("/") != 0) {
+    return 1;
+  }
+  // The hello: the protocol, then the credentials this program has after execve(2), which the
+  // host compares with its own.
+  const LaunchHello hello{launch_magic, launch_protocol};
+  std::string answer(reinterpret_cast<const char*>(&hello), sizeof hello);
+  try {
+    std::string status;
+    append_proc_text(status, "status", "/proc/thread-self/status");
+    answer += inherited_status_lines(status);
+  } catch (...) {
+    return 1;
+  }
+  if (::send(3, answer.data(), answer.size(), MSG_NOSIGNAL) != static_cast<::ssize_t>(answer.size()) ||
+      std::string_view(argv[2]) != expected) {
+    return 2; // the host reads the protocol from the hello and says what differs
+  }
+  // Every disposition the default, with the kernel's own call: posix_spawn leaves the C
+  // library's internal signals (32 and 33) ignored in its child, and the library's sigaction
+  // refuses to touch them, but a command must not inherit them ignored. A zeroed kernel
+  // sigaction is SIG_DFL with no flags and an empty mask on every architecture.
+  for (int signal = 1; signal <= 64; ++signal) {
+    if (signal != SIGKILL && signal != SIGSTOP) {
+      const std::array<unsigned long, 4> default_action{};
+      ::syscall(SYS_rt_sigaction, signal, default_action.data(), nullptr, sizeof(std::uint64_t));
+    }
+  }
+  // Supervisors are reaped by the kernel; each resets this in its own copy (`supervise`).
+  ::signal(SIGCHLD, SIG_IGN);
+  for (;;) {
+    char byte = 0;
+    iovec part{&byte, 1};
+    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 4)> space{};
+    msghdr message{};
+    message.msg_iov = &part;
+    message.msg_iovlen = 1;
+    message.msg_control = space.data();
+    message.msg_controllen = space.size();
+    const ::ssize_t got = ::recvmsg(3, &message, MSG_CMSG_CLOEXEC);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got <= 0) {
+      return got == 0 ? 0 : 1; // the host closed its end (or died)
+    }
+    std::array<int, 4> handed{-1, -1, -1, -1};
+    std::size_t count = 0;
+    for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr; attached = CMSG_NXTHDR(&message, attached)) {
+      if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
+        const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
+        for (std::size_t i = 0; i < bytes / sizeof(int) && count < handed.size(); ++i) {
+          std::memcpy(&handed[count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
+        }
+      }
+    }
+    if (count == 1) {
+      const ::pid_t supervisor = ::fork();
+      if (supervisor == 0) {
+        ::close(3);
+        LaunchWire::serve<Command>(handed[0]);
+      }
+      if (supervisor < 0) {
+        SupervisorReport report{};
+        report.kind = SupervisorReport::failed;
+        report.stage = static_cast<int>(ChildStage::supervision);
+        report.error = errno;
+        report.detail = -1;
+        std::memcpy(report.step.data(), "fork", 5);
+        static_cast<void>(write_all(handed[0], reinterpret_cast<const char*>(&report), sizeof report));
+      }
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      ::close(handed[i]);
+    }
+  }
+}
+
+} // namespace dsh::detail

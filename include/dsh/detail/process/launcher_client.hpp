@@ -1,0 +1,483 @@
+/// @file
+/// The host's side of the fence launcher: starting it once, knowing when it no longer matches
+/// the host, and handing it the supervisor's end of a call.
+#pragma once
+
+#include <dsh/detail/path_trust.hpp>
+#include <dsh/detail/posix.hpp>
+#include <dsh/errors.hpp>
+#include <dsh/policy_types.hpp>
+#include <dsh/unique_fd.hpp>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <cstddef>
+#include <spawn.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#endif
+
+namespace dsh::detail {
+
+/// The first word of every message between the host, the launcher and a launched supervisor
+/// ("DSHL" read as a little-endian word).
+inline constexpr std::uint32_t launch_magic = 0x4c485344U;
+/// The version of the launch messages; a launcher that answers with another one is not used.
+/// Bumped with any change of the wire format (detail/launch_wire.hpp).
+inline constexpr std::uint32_t launch_protocol = 1U;
+/// The argument before the protocol number on the launcher's command line.
+inline constexpr const char* launch_protocol_flag = "--dsh-launch-protocol";
+
+/// What the launcher answers once started: its magic and protocol.
+struct LaunchHello {
+  std::uint32_t magic = 0;
+  std::uint32_t protocol = 0;
+};
+
+#if defined(__linux__)
+/// Sends one byte with the descriptor `fd` attached (SCM_RIGHTS) on the socket `socket`,
+/// without SIGPIPE. Returns 0, or the errno of sendmsg(2).
+[[nodiscard]] inline int send_descriptor(int socket, int fd) noexcept {
+  char byte = 'R';
+  iovec part{&byte, 1};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  msghdr message{};
+  message.msg_iov = &part;
+  message.msg_iovlen = 1;
+  message.msg_control = control.data();
+  message.msg_controllen = control.size();
+  cmsghdr* header = CMSG_FIRSTHDR(&message);
+  header->cmsg_level = SOL_SOCKET;
+  header->cmsg_type = SCM_RIGHTS;
+  header->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
+  const ::ssize_t sent = retry_on_eintr([&]() noexcept { return ::sendmsg(socket, &message, MSG_NOSIGNAL); });
+  return sent == 1 ? 0 : errno;
+}
+
+/// Appends `name`, the whole text of the /proc file `path` (or "-" and the errno when it cannot
+/// be read), and a newline to `print`.
+inline void append_proc_text(std::string& print, const char* name, const char* path) {
+  print.append(name).push_back('=');
+  const UniqueFd file(retry_on_eintr([&] { return ::open(path, O_RDONLY | O_CLOEXEC); }));
+  if (!file) {
+    print.append("-").append(std::to_string(errno)).push_back('\n');
+    return;
+  }
+  std::array<char, 4096> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
+  for (;;) {
+    const ::ssize_t got = retry_on_eintr([&] { return ::read(file.get(), buffer.data(), buffer.size()); });
+    if (got <= 0) {
+      break;
+    }
+    print.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  print.push_back('\n');
+}
+
+/// The lines of /proc/<...>/status `text` that a child inherits and the launcher could lack
+/// (not NSpid: it is the thread's id, which differs in every thread), each with its newline.
+[[nodiscard]] inline std::string inherited_status_lines(const std::string& text) {
+  std::string lines;
+  for (const std::string_view key : {"Uid:", "Gid:", "Groups:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:",
+                                     "CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"}) {
+    const std::size_t at = text.find(std::string("\n").append(key));
+    if (at != std::string::npos) {
+      const std::size_t end = text.find('\n', at + 1);
+      lines.append(text, at + 1, end == std::string::npos ? std::string::npos : end - at);
+    }
+  }
+  return lines;
+}
+
+/// What the calling thread passes to a process it forks that the launcher, started earlier,
+/// may not have: its credentials, capabilities, no_new_privs and system-call filters (from one
+/// read of /proc/thread-self/status), securebits and personality, its namespaces, root
+/// directory, control groups and resource limits, and the process's pid. Two equal prints mean
+/// a command started from the launcher gets what it would get from a fork of this thread,
+/// except what every call sends itself (working directory, umask, environment, descriptors)
+/// and the scheduling attributes (nice value, policy, CPU affinity: the launcher's, as the
+/// thread that started it had them). A Landlock domain cannot be read back, so it is not in
+/// the print (docs/enforcement.md#the-launcher). Stores the process's umask, from the same
+/// read, in `mask`. Throws only std::bad_alloc.
+[[nodiscard]] inline std::string launch_fingerprint(::mode_t& mask) {
+  std::string print;
+  print.reserve(2048);
+  print.append("pid=").append(std::to_string(::getpid())).push_back('\n');
+  {
+    std::string status;
+    append_proc_text(status, "status", "/proc/thread-self/status");
+    print.append(inherited_status_lines(status));
+    // umask(2) cannot read it without changing it for the host's other threads meanwhile.
+    mask = 022;
+    if (const std::size_t at = status.find("\nUmask:\t"); at != std::string::npos) {
+      mask = 0;
+      for (std::size_t i = at + 8; i < status.size() && status[i] >= '0' && status[i] <= '7'; ++i) {
+        mask = static_cast<::mode_t>(mask * 8U + static_cast<unsigned>(status[i] - '0'));
+      }
+      mask &= 0777U;
+    }
+  }
+  // Opened on every call: a descriptor kept across calls could be closed by the host and its
+  // number reused for another file.
+  const UniqueFd namespaces_directory(
+      retry_on_eintr([] { return ::open("/proc/thread-self/ns", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
+  const int namespaces = namespaces_directory.get();
+  // The link's text names the namespace ("mnt:[4026531841]"); reading it costs a third of a
+  // stat(2) of the namespace itself.
+  for (const char* name : {"user", "mnt", "pid_for_children", "net", "ipc", "uts", "cgroup", "time_for_children"}) {
+    std::array<char, 64> link{};
+    const ::ssize_t size = namespaces >= 0 ? ::readlinkat(namespaces, name, link.data(), link.size()) : -1;
+    print.append(name).push_back('=');
+    print.append(link.data(), size > 0 ? static_cast<std::size_t>(size) : 0).push_back('\n');
+  }
+  struct stat root {};
+  if (::stat("/", &root) == 0) { // after chroot(2), "/" is the new root
+    print.append("root=").append(std::to_string(root.st_dev)).append(":").append(std::to_string(root.st_ino));
+  }
+  print.push_back('\n');
+  append_proc_text(print, "cgroup", "/proc/thread-self/cgroup");
+  for (int resource = 0; resource < RLIM_NLIMITS; ++resource) {
+    rlimit limit{};
+    if (::getrlimit(static_cast<__rlimit_resource_t>(resource), &limit) == 0) {
+      print.append(std::to_string(limit.rlim_cur)).append("/").append(std::to_string(limit.rlim_max));
+    }
+    print.push_back(' ');
+  }
+  print.append("\nsecurebits=").append(std::to_string(::prctl(PR_GET_SECUREBITS, 0UL, 0UL, 0UL, 0UL)));
+  print.append(" personality=").append(std::to_string(::personality(0xffffffffUL))).push_back('\n');
+  return print;
+}
+#endif
+
+/// The process's launcher as the host sees it (see `dsh::FenceLauncher`).
+struct LauncherState {
+  std::filesystem::path program; ///< "" when none is configured
+  ::pid_t pid = -1;              ///< the running launcher, or -1
+  std::string problem;           ///< why the last start or hand-over failed; "" when none did
+  unsigned starts = 0;           ///< launchers this process started
+};
+
+/// The host's side of the process's one launcher. Thread-safe; every member takes the lock.
+class LauncherClient {
+public:
+  /// The process's client.
+  static LauncherClient& instance() {
+    static LauncherClient client;
+    return client;
+  }
+
+  /// Uses `program` from the next call on ("" for none); a running launcher of another
+  /// program is stopped. Throws ConfigError when `program` is not empty and not absolute.
+  void configure(std::filesystem::path program) {
+    if (!program.empty() && !program.is_absolute()) {
+      throw ConfigError(
+          expectation_message("dsh::FenceLauncher::use", "an absolute path to dsh-fence-launcher", program.native()));
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (program != program_) {
+      stop();
+      program_ = std::move(program);
+      problem_.clear();
+      pinned_ = {};
+#if defined(__linux__)
+      // Its identity now, before any fence of this process could grant a command its path.
+      struct stat info {};
+      if (!program_.empty() && ::stat(program_.c_str(), &info) == 0) {
+        pinned_ = identity_of(info);
+      }
+#endif
+    }
+  }
+
+  /// A copy of the state.
+  [[nodiscard]] LauncherState state() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return {program_, socket_ ? pid_ : -1, problem_, starts_};
+  }
+
+  /// Stops the running launcher (calls it started go on); the next call starts a new one.
+  void restart() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stop();
+  }
+
+  /// Hands the supervisor's end of a call, `control`, to the launcher, starting it first when
+  /// none runs, when it runs for another process (this one was forked), or when the calling
+  /// thread's `launch_fingerprint` differs from the one it was started with (it is then
+  /// stopped and started again from this thread). A launcher that cannot be reached is started
+  /// again once. Stores the calling process's umask in `mask` (read with the fingerprint).
+  /// Returns "" when the launcher took the call, otherwise why not (also kept as the state's
+  /// problem); nothing was started then. Throws only std::bad_alloc.
+  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask) {
+#if defined(__linux__)
+    const std::string print = launch_fingerprint(mask);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (program_.empty()) {
+      return problem_ = "no launcher is configured (dsh::FenceLauncher::use, or the build's "
+                        "DSH_SANDBOX_POLICY_LAUNCHER)";
+    }
+    if (owner_ != ::getpid()) {
+      // A forked copy of the host: the launcher is its parent's, never its child.
+      socket_.reset();
+      pidfd_.reset();
+      pid_ = -1;
+    } else if (socket_ && (print != fingerprint_ || (kcmp_tells_ && !may_compare_with_launcher()))) {
+      stop(); // the thread changed, or entered a Landlock domain the launcher is not in
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (!socket_) {
+        if (std::string why = start(print); !why.empty()) {
+          return problem_ = std::move(why);
+        }
+      }
+      const int error = send_descriptor(socket_.get(), control);
+      if (error == 0) {
+        problem_.clear();
+        return {};
+      }
+      problem_ = "the launcher " + json_string_literal(program_.native()) +
+                 " could not be reached: sendmsg: " + std::strerror(error);
+      stop();
+    }
+    return problem_;
+#else
+    (void)control;
+    mask = 022;
+    return "a launcher needs Linux";
+#endif
+  }
+
+  LauncherClient(const LauncherClient&) = delete;
+  LauncherClient& operator=(const LauncherClient&) = delete;
+  LauncherClient(LauncherClient&&) = delete;
+  LauncherClient& operator=(LauncherClient&&) = delete;
+  /// Closes the socket: the launcher reads end of file and exits.
+  ~LauncherClient() = default;
+
+private:
+  LauncherClient() {
+#if defined(DSH_SANDBOX_POLICY_LAUNCHER)
+    program_ = DSH_SANDBOX_POLICY_LAUNCHER;
+#endif
+  }
+
+#if defined(__linux__)
+  /// Why `program_` may not be run as the supervisor of fenced calls, or "": it must be a
+  /// regular file owned by root or the effective user, writable by nobody else, on a path no
+  /// other user can change (detail::untrusted_directory).
+  [[nodiscard]] std::string untrusted_program() const {
+    const std::string named = "the launcher " + json_string_literal(program_.native());
+    struct stat info {};
+    if (::stat(program_.c_str(), &info) != 0) {
+      return named + " cannot be examined: " + std::strerror(errno);
+    }
+    if (!S_ISREG(info.st_mode)) {
+      return named + " is not a regular file";
+    }
+    if ((info.st_uid != 0 && info.st_uid != ::geteuid()) || (info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return named + " (mode " + octal_mode(info.st_mode) + ", owner uid " + std::to_string(info.st_uid) +
+             ") could be replaced by another user";
+    }
+    if (std::string why = untrusted_directory(program_); !why.empty()) {
+      return named + " lies where another user can change it: " + why;
+    }
+    return {};
+  }
+
+  /// Starts `program_` with posix_spawn (which copies nothing of the host) on a new socket,
+  /// waits for its hello and records it with `print`. Returns "" or why it failed; nothing is
+  /// left running then.
+  [[nodiscard]] std::string start(const std::string& print) {
+    if (std::string why = untrusted_program(); !why.empty()) {
+      return why;
+    }
+    // The file examined is the file executed (through its descriptor), and it must be the one
+    // this process first used: a fenced command that could reach its path (a grant made before
+    // the launcher was configured) must not have the next launcher run its own program unfenced.
+    const UniqueFd program(retry_on_eintr([&] { return ::open(program_.c_str(), O_PATH | O_CLOEXEC); }));
+    struct stat opened {};
+    if (!program || ::fstat(program.get(), &opened) != 0 || !S_ISREG(opened.st_mode)) {
+      return "the launcher " + json_string_literal(program_.native()) + " cannot be opened: " + std::strerror(errno);
+    }
+    if (pinned_.known && pinned_ != identity_of(opened)) {
+      return "the launcher " + json_string_literal(program_.native()) +
+             " is not the file this process first used (replaced or changed since: device, inode, size or "
+             "times differ); restart the host to use the new one";
+    }
+    const std::string by_descriptor = "/proc/self/fd/" + std::to_string(program.get());
+    std::array<int, 2> ends{-1, -1};
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends.data()) != 0) {
+      return std::string("socketpair for the launcher: ") + std::strerror(errno);
+    }
+    UniqueFd host_end(ends[0]);
+    UniqueFd launcher_end(ends[1]);
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    if (::posix_spawn_file_actions_init(&actions) != 0) {
+      return "posix_spawn_file_actions_init failed";
+    }
+    if (::posix_spawnattr_init(&attributes) != 0) {
+      ::posix_spawn_file_actions_destroy(&actions);
+      return "posix_spawnattr_init failed";
+    }
+    sigset_t none;
+    sigset_t all;
+    ::sigemptyset(&none);
+    ::sigfillset(&all);
+    // Its own session (no terminal's signals reach it), default dispositions, no mask, and no
+    // descriptor of the host but its socket (as descriptor 3) and /dev/null.
+    int failed = ::posix_spawnattr_setflags(
+        &attributes, static_cast<short>(POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF));
+    failed = failed != 0 ? failed : ::posix_spawnattr_setsigmask(&attributes, &none);
+    failed = failed != 0 ? failed : ::posix_spawnattr_setsigdefault(&attributes, &all);
+    failed = failed != 0 ? failed : ::posix_spawn_file_actions_adddup2(&actions, launcher_end.get(), 3);
+    failed = failed != 0 ? failed : ::posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    failed = failed != 0 ? failed : ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    failed = failed != 0 ? failed : ::posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    const std::string protocol = std::to_string(launch_protocol);
+    std::array<char*, 4> argv{const_cast<char*>(program_.c_str()), const_cast<char*>(launch_protocol_flag),
+                              const_cast<char*>(protocol.c_str()), nullptr};
+    std::array<char*, 1> envp{nullptr};
+    ::pid_t pid = -1;
+    if (failed == 0) {
+      failed = ::posix_spawn(&pid, by_descriptor.c_str(), &actions, &attributes, argv.data(), envp.data());
+    }
+    ::posix_spawn_file_actions_destroy(&actions);
+    ::posix_spawnattr_destroy(&attributes);
+    launcher_end.reset(); // the launcher's copy alone: its exit is then the end of file here
+    if (failed != 0) {
+      return "the launcher " + json_string_literal(program_.native()) +
+             " could not be started: " + std::strerror(failed);
+    }
+    // A pidfd names this process for good: a pid the host's own reaping freed could name
+    // another process by the time the launcher is stopped.
+    UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U)));
+    const int pidfd_error = errno;
+    LaunchHello hello{};
+    std::string why;
+    pollfd ready{host_end.get(), POLLIN, 0};
+    std::array<char, sizeof(LaunchHello) + 4096> answer{};
+    ::ssize_t got = -1;
+    if (!pidfd) {
+      why = std::string("pidfd_open: ") + std::strerror(pidfd_error);
+    } else if (retry_on_eintr([&] { return ::poll(&ready, 1, 10000); }) <= 0) {
+      why = "it did not answer within 10 s";
+    } else if (got = retry_on_eintr([&] { return ::recv(host_end.get(), answer.data(), answer.size(), 0); });
+               got < static_cast<::ssize_t>(sizeof hello) ||
+               (std::memcpy(&hello, answer.data(), sizeof hello), hello.magic != launch_magic)) {
+      why = "it did not answer as dsh-fence-launcher (is it one?)";
+    } else if (hello.protocol != launch_protocol) {
+      why = "it speaks launch protocol " + std::to_string(hello.protocol) + ", this library " +
+            std::to_string(launch_protocol) + " (install the launcher of the same version)";
+    } else {
+      // execve(2) computes credentials anew (a root host that gave up capabilities gets them
+      // back in the new program): the launcher's own must be this thread's, or its commands
+      // would get more than a fork of this thread gives them.
+      std::string own;
+      append_proc_text(own, "status", "/proc/thread-self/status");
+      const std::string theirs(answer.data() + sizeof hello, static_cast<std::size_t>(got) - sizeof hello);
+      if (const std::string mine = inherited_status_lines(own); theirs != mine) {
+        why = "it runs with other credentials than this thread (after execve): " + json_string_literal(theirs) +
+              " against " + json_string_literal(mine);
+      }
+    }
+    pid_ = pid;
+    pidfd_ = std::move(pidfd);
+    socket_ = std::move(host_end);
+    if (!why.empty()) {
+      stop();
+      return "the launcher " + json_string_literal(program_.native()) + " cannot be used: " + why;
+    }
+    fingerprint_ = print;
+    owner_ = ::getpid();
+    if (!pinned_.known) {
+      pinned_ = identity_of(opened);
+    }
+    // kcmp(2) is refused, by Landlock's ptrace rule, to a thread in a domain the launcher is
+    // not in; it must work now, or it cannot tell later (Yama's ptrace_scope 3, no kcmp).
+    kcmp_tells_ = may_compare_with_launcher();
+    ++starts_;
+    return {};
+  }
+#endif
+
+  /// Closes the socket and ends the launcher (calls it already started are separate processes
+  /// and go on); waits for it through its pidfd, so no other child of the host is reaped.
+  void stop() noexcept {
+    socket_.reset();
+#if defined(__linux__)
+    if (pidfd_) {
+      ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0U);
+      siginfo_t info{};
+      constexpr idtype_t by_pidfd = static_cast<idtype_t>(3); // P_PIDFD (Linux 5.4)
+      static_cast<void>(retry_on_eintr(
+          [&]() noexcept { return ::waitid(by_pidfd, static_cast<id_t>(pidfd_.get()), &info, WEXITED); }));
+    }
+#endif
+    pidfd_.reset();
+    pid_ = -1;
+  }
+
+  /// What names a file's content for this check: device, inode, size, change and modification times.
+  struct FileIdentity {
+    bool known = false;
+    ::dev_t device = 0;
+    ::ino_t inode = 0;
+    ::off_t size = 0;
+    long long changed = 0;
+    long long modified = 0;
+    bool operator==(const FileIdentity&) const = default;
+  };
+  [[nodiscard]] static FileIdentity identity_of(const struct stat& info) noexcept {
+    return {true,
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            static_cast<long long>(info.st_ctim.tv_sec) * 1000000000LL + info.st_ctim.tv_nsec,
+            static_cast<long long>(info.st_mtim.tv_sec) * 1000000000LL + info.st_mtim.tv_nsec};
+  }
+
+#if defined(__linux__)
+  /// True when this thread may compare itself with the launcher (kcmp(2), KCMP_VM).
+  [[nodiscard]] bool may_compare_with_launcher() const noexcept {
+    constexpr int kcmp_vm = 1; // KCMP_VM of <linux/kcmp.h>
+    return ::syscall(SYS_kcmp, ::getpid(), pid_, kcmp_vm, 0UL, 0UL) >= 0;
+  }
+#endif
+
+  std::mutex mutex_;
+  std::filesystem::path program_;
+  FileIdentity pinned_; // the launcher file this process first used
+  bool kcmp_tells_ = false;
+  UniqueFd socket_; // the host's end; the launcher exits when it closes
+  UniqueFd pidfd_;
+  ::pid_t pid_ = -1;
+  ::pid_t owner_ = -1;      // the process that started it
+  std::string fingerprint_; // launch_fingerprint() of the thread that started it
+  std::string problem_;
+  unsigned starts_ = 0;
+};
+
+} // namespace dsh::detail

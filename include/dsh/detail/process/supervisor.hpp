@@ -1,0 +1,164 @@
+/// @file
+/// The supervisor between the host and a fenced command: its reports, how a call ends, and the
+/// plan it starts the command with.
+#pragma once
+
+#include <dsh/fence_types.hpp>
+#include <dsh/policy_types.hpp>
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace dsh::detail {
+
+/// What the supervisor reports to the host over its socket, in fixed-size records.
+struct SupervisorReport {
+  enum Kind : int { none = 0, started = 1, failed = 2, ended = 3 };
+  int kind = none;
+  int stage = 0;               ///< failed: a ChildStage; started: the supervisor's pid
+  int error = 0;               ///< failed: errno; ended: the exit status
+  int detail = 0;              ///< started: the command's pid; failed: the capability or -1; ended: an Ending
+  std::array<char, 96> step{}; ///< failed: the call, truncated (every step the library names fits)
+};
+
+/// Sends `report` on the socket `fd`, with the descriptor `attached` (SCM_RIGHTS) unless it
+/// is negative; returns false when the socket refused it. Async-signal-safe.
+inline bool send_report(int fd, const SupervisorReport& report, int attached) noexcept {
+  iovec part{const_cast<SupervisorReport*>(&report), sizeof report};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> space{};
+  msghdr message{};
+  message.msg_iov = &part;
+  message.msg_iovlen = 1;
+  if (attached >= 0) {
+    message.msg_control = space.data();
+    message.msg_controllen = space.size();
+    cmsghdr* header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(header), &attached, sizeof attached);
+  }
+  const ::ssize_t sent = retry_on_eintr([&]() noexcept { return ::sendmsg(fd, &message, MSG_NOSIGNAL); });
+  if (sent == static_cast<::ssize_t>(sizeof report)) {
+    return true;
+  }
+  // A part was sent (or none): the rest as plain bytes, the descriptor with the first part only.
+  const std::size_t done = sent > 0 ? static_cast<std::size_t>(sent) : 0;
+  return sent >= 0 && write_all(fd, reinterpret_cast<const char*>(&report) + done, sizeof report - done);
+}
+
+/// How a supervised call ended.
+enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
+
+/// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
+/// (`list`, read from its start) names them. Async-signal-safe.
+inline void kill_listed_children(int list) noexcept {
+  if (::lseek(list, 0, SEEK_SET) != 0) {
+    return;
+  }
+  std::array<char, 512> buffer{};
+  long pid = 0;
+  bool in_number = false;
+  for (;;) {
+    const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(list, buffer.data(), buffer.size()); });
+    if (got <= 0) {
+      break;
+    }
+    for (std::size_t i = 0; i < static_cast<std::size_t>(got); ++i) {
+      const char c = buffer[i];
+      if (c >= '0' && c <= '9') {
+        pid = pid * 10 + (c - '0');
+        in_number = true;
+      } else if (in_number) {
+        ::kill(static_cast<::pid_t>(pid), SIGKILL);
+        pid = 0;
+        in_number = false;
+      }
+    }
+  }
+  if (in_number) {
+    ::kill(static_cast<::pid_t>(pid), SIGKILL);
+  }
+}
+
+/// The calling process's monotonic clock in milliseconds; async-signal-safe.
+[[nodiscard]] inline long long monotonic_ms() noexcept {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<long long>(now.tv_sec) * 1000LL + now.tv_nsec / 1000000L;
+}
+
+/// Writes `size` bytes to `fd` without letting a closed pipe raise SIGPIPE in the calling
+/// process (the signal is blocked in this thread for the write and a SIGPIPE it caused is
+/// consumed); returns false when the write failed.
+[[nodiscard]] inline bool write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+  sigset_t pipe_only;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  sigset_t previous;
+  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
+    return false;
+  }
+  sigset_t pending;
+  ::sigemptyset(&pending);
+  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  const bool ok = write_all(fd, data, size);
+  if (!ok && errno == EPIPE && !was_pending) {
+    const timespec no_wait{};
+    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return ok;
+}
+
+/// One write(2) of at most `size` bytes to `fd`, without letting a closed pipe raise SIGPIPE
+/// in the calling process (as `write_without_sigpipe`); returns what write returned, with errno.
+[[nodiscard]] inline ::ssize_t write_some_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+  sigset_t pipe_only;
+  ::sigemptyset(&pipe_only);
+  ::sigaddset(&pipe_only, SIGPIPE);
+  sigset_t previous;
+  if (::pthread_sigmask(SIG_BLOCK, &pipe_only, &previous) != 0) {
+    return -1;
+  }
+  sigset_t pending;
+  ::sigemptyset(&pending);
+  const bool was_pending = ::sigpending(&pending) == 0 && ::sigismember(&pending, SIGPIPE) == 1;
+  const ::ssize_t wrote = ::write(fd, data, size);
+  const int error = errno;
+  if (wrote < 0 && error == EPIPE && !was_pending) {
+    const timespec no_wait{};
+    static_cast<void>(retry_on_eintr([&]() noexcept { return ::sigtimedwait(&pipe_only, nullptr, &no_wait); }));
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  errno = error;
+  return wrote;
+}
+
+/// How a child's start is described to the host: descriptors for 0, 1 and 2 (-1: default),
+/// the controlling terminal (-1: none), whether stdin defaults to /dev/null, and supersets of
+/// the bounding and ambient capability sets it starts with (all ones: not known).
+struct StartPlan {
+  std::array<int, 3> stdio{-1, -1, -1};
+  int terminal = -1;
+  bool null_stdin = false;
+  std::uint64_t bounding = ~0ULL;
+  std::uint64_t ambient = ~0ULL;
+  /// The user and PID namespaces of the namespace layer are entered already (by the supervisor,
+  /// or by `exec_in_child` before it forked the command).
+  bool supervised = false;
+  /// Stay in the caller's session: the command is the child `exec_in_child` forked into the new
+  /// PID namespace, and the session (with its controlling terminal) is its parent's.
+  bool keep_session = false;
+};
+
+} // namespace dsh::detail
