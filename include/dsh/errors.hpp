@@ -63,4 +63,19 @@ private:
   std::error_code code_;
 };
 
+/// A fenced call's processes could not be supervised, or its supervisor died before it
+/// reported how the call ended: a failure of the process layer, not of the policy or of Landlock.
+/// The message names the program and the failed step; `code()` is the system call's error when
+/// one failed, or an empty code when the supervisor was killed.
+class ProcessError : public Error {
+public:
+  /// An error with `message`, and `code` when a system call failed.
+  explicit ProcessError(const std::string& message, std::error_code code = {}) : Error(message), code_(code) {}
+  /// Returns the failed system call's error, or an empty code.
+  [[nodiscard]] std::error_code code() const noexcept { return code_; }
+
+private:
+  std::error_code code_;
+};
+
 } // namespace dsh

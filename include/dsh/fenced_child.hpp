@@ -107,7 +107,7 @@ public:
   /// `terminate()` was called; by then every process it started has been killed and reaped.
   /// Returns the exit code, 128 + the signal number when the command was killed,
   /// `FencedCommand::timed_out_exit_code` (124) when the time limit ended it; the same value
-  /// on later calls. Throws LandlockError when the supervisor itself died before reporting
+  /// on later calls. Throws ProcessError when the supervisor itself died before reporting
   /// (then processes the command detached may have survived), dsh::SystemError when poll
   /// fails, and whatever the sink throws (the call is then still running: destroy or wait).
   int wait();
@@ -349,9 +349,9 @@ inline int FencedChild::wait() {
   }
   status_ = raw < 0 ? -1 : (WIFEXITED(raw) ? WEXITSTATUS(raw) : WIFSIGNALED(raw) ? 128 + WTERMSIG(raw) : -1);
   // A supervisor from the launcher has no wait status here: -1 then.
-  throw LandlockError("the supervisor of " + json_string_literal(program_) + " ended without reporting (status " +
-                      std::to_string(status_) +
-                      "): the command was killed with it, but processes it detached may have survived the call");
+  throw ProcessError("the supervisor of " + json_string_literal(program_) + " ended without reporting (status " +
+                     std::to_string(status_) +
+                     "): the command was killed with it, but processes it detached may have survived the call");
 }
 
 } // namespace dsh

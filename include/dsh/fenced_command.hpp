@@ -282,10 +282,11 @@ public:
   /// Starts the command under `fence` with the stdio, session, capabilities, environment and
   /// supervisor described for the class; returns once the program is executing. Call `wait()`
   /// on the result to relay its output and collect its status.
-  /// Throws LandlockError when the child could not apply the fence or drop its capabilities,
-  /// or the supervisor cannot watch the command's processes (/proc/thread-self/children is
-  /// missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required; on other systems always);
-  /// dsh::SystemError when socketpair/pipe/fork fail or the program could not be executed.
+  /// Throws LandlockError when the child could not apply the fence or drop its capabilities;
+  /// ProcessError when the supervisor cannot watch the command's processes
+  /// (/proc/thread-self/children is missing: Linux 3.17 with CONFIG_PROC_CHILDREN is required;
+  /// on other systems always); dsh::SystemError when socketpair/pipe/fork fail or the program
+  /// could not be executed.
   /// Nothing is left running when it throws.
   [[nodiscard]] FencedChild spawn(const PreparedFence& fence) const { return start(fence, sink_, {}); }
 
@@ -406,7 +407,7 @@ private:
     detail::SupervisorReport report{};
     if (!child.read_report(report) || report.kind != detail::SupervisorReport::started) {
       const int status = child.end_supervisor();
-      throw_start_failure(fence, report, status);
+      detail::throw_start_failure(program_, to_string(fence.report().mode), report, status);
     }
     if (launched) {
       child.pid_ = report.stage; // the supervisor's pid, which it reports with "started"
@@ -416,9 +417,10 @@ private:
     (void)fence;
     (void)sink;
     (void)input;
-    throw LandlockError("cannot run " + json_string_literal(program_) +
-                        ": supervising a command's processes needs Linux (a child subreaper and "
-                        "/proc/thread-self/children)");
+    throw ProcessError("cannot run " + json_string_literal(program_) +
+                           ": supervising a command's processes needs Linux (a child subreaper and "
+                           "/proc/thread-self/children)",
+                       std::make_error_code(std::errc::function_not_supported));
 #endif
   }
 
@@ -727,37 +729,6 @@ private:
     return failed;
   }
 #endif
-
-  /// Throws the error a failed start reported (`report`), or that the supervisor died
-  /// (`status` is its raw wait status).
-  [[noreturn]] void throw_start_failure(const PreparedFence& fence, const detail::SupervisorReport& report,
-                                        int status) const {
-    const std::string what = "cannot run " + json_string_literal(program_);
-    if (report.kind != detail::SupervisorReport::failed) {
-      throw SystemError(ECHILD, what + ": its supervisor ended before starting it (wait status " +
-                                    std::to_string(status) + ")");
-    }
-    const std::string step(report.step.data());
-    const std::string under = what + " under the " + std::string(to_string(fence.report().mode)) + " fence: ";
-    switch (static_cast<detail::ChildStage>(report.stage)) {
-    case detail::ChildStage::fence:
-      throw LandlockError(under + "the child could not enter it: " + step + " failed: " + std::strerror(report.error));
-    case detail::ChildStage::capabilities: {
-      const std::string_view capability = fence_capability_name(report.detail);
-      throw LandlockError(under + "the child could not drop its capabilities: " + step +
-                          (capability.empty() ? std::string() : " for " + std::string(capability)) +
-                          " failed: " + std::strerror(report.error));
-    }
-    case detail::ChildStage::supervision:
-      throw LandlockError(what + ": its processes cannot be supervised, so nothing would end them with the call: " +
-                          step + " failed: " + std::strerror(report.error));
-    case detail::ChildStage::setup:
-      throw SystemError(report.error, what + ": " + step + " failed");
-    case detail::ChildStage::exec:
-      break;
-    }
-    throw SystemError(report.error, what);
-  }
 
   std::vector<std::string> args_;
   std::vector<char*> argv_;

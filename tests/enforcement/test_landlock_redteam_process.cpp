@@ -828,7 +828,7 @@ TEST_CASE("redteam: a command that kills its supervisor does not leave the host 
       try {
         const int status = command.run(fence);
         return printed + "status=" + std::to_string(status);
-      } catch (const dsh::LandlockError& error) {
+      } catch (const dsh::ProcessError& error) {
         return printed + error.what();
       }
     });

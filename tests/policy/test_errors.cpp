@@ -9,6 +9,7 @@
 #include <dsh/write_file.hpp>
 
 #include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,7 @@ static_assert(std::is_base_of_v<dsh::Error, dsh::ProtectedPathError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LogError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::LandlockError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::SystemError>);
+static_assert(std::is_base_of_v<dsh::Error, dsh::ProcessError>);
 static_assert(std::is_base_of_v<dsh::SystemError, dsh::WriteError>);
 
 namespace {
@@ -91,6 +93,22 @@ TEST_CASE("system failures are dsh::SystemError with their code, and a write ref
   } catch (const dsh::SystemError& error) {
     CHECK(error.code() == std::errc::no_such_file_or_directory);
   }
+
+  // A supervisor killed from outside: a process failure, not the fence's (ProcessError).
+  dsh::FencedChild child = dsh::FencedCommand({"sleep", "30"}).launch(dsh::Launch::fork).spawn(fence);
+  REQUIRE(::kill(child.pid(), SIGKILL) == 0);
+  std::string supervisor_died;
+  try {
+    (void)child.wait();
+  } catch (const dsh::LandlockError& error) {
+    supervisor_died = std::string("LandlockError: ") + error.what();
+  } catch (const dsh::ProcessError& error) {
+    supervisor_died = error.what();
+    CHECK_FALSE(error.code());
+  }
+  CHECK(supervisor_died == "the supervisor of " + dsh::json_string_literal(dsh::FencedCommand({"sleep"}).program()) +
+                               " ended without reporting (status 137): the command was killed with it, but "
+                               "processes it detached may have survived the call");
 
   // The read-only policy's own refusal, caught as dsh::Error.
   const dsh::ResolvedPolicy read_only{dsh::SandboxMode::read_only, dir.path(), dsh::ModeSource::deployment,

@@ -3,6 +3,8 @@
 /// plan it starts the command with.
 #pragma once
 
+#include <dsh/detail/process/child_steps.hpp>
+#include <dsh/errors.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
 
@@ -14,8 +16,11 @@
 #include <cstring>
 #include <ctime>
 
+#include <string>
+#include <string_view>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <system_error>
 #include <unistd.h>
 
 namespace dsh::detail {
@@ -160,5 +165,40 @@ struct StartPlan {
   /// PID namespace, and the session (with its controlling terminal) is its parent's.
   bool keep_session = false;
 };
+
+/// Throws the error a failed start of `program` under the `mode` fence reported (`report`), or
+/// that its supervisor died first (`status` is its raw wait status): `LandlockError` when the
+/// child could not enter the fence or drop its capabilities, `ProcessError` when its processes
+/// cannot be supervised, `SystemError` for a failed setup step or exec, or a supervisor that
+/// ended before starting it.
+[[noreturn]] inline void throw_start_failure(std::string_view program, std::string_view mode,
+                                             const SupervisorReport& report, int status) {
+  const std::string what = "cannot run " + json_string_literal(program);
+  if (report.kind != SupervisorReport::failed) {
+    throw SystemError(ECHILD,
+                      what + ": its supervisor ended before starting it (wait status " + std::to_string(status) + ")");
+  }
+  const std::string step(report.step.data());
+  const std::string under = what + " under the " + std::string(mode) + " fence: ";
+  switch (static_cast<ChildStage>(report.stage)) {
+  case ChildStage::fence:
+    throw LandlockError(under + "the child could not enter it: " + step + " failed: " + std::strerror(report.error));
+  case ChildStage::capabilities: {
+    const std::string_view capability = fence_capability_name(report.detail);
+    throw LandlockError(under + "the child could not drop its capabilities: " + step +
+                        (capability.empty() ? std::string() : " for " + std::string(capability)) +
+                        " failed: " + std::strerror(report.error));
+  }
+  case ChildStage::supervision:
+    throw ProcessError(what + ": its processes cannot be supervised, so nothing would end them with the call: " + step +
+                           " failed: " + std::strerror(report.error),
+                       std::error_code(report.error, std::generic_category()));
+  case ChildStage::setup:
+    throw SystemError(report.error, what + ": " + step + " failed");
+  case ChildStage::exec:
+    break;
+  }
+  throw SystemError(report.error, what);
+}
 
 } // namespace dsh::detail
