@@ -301,7 +301,7 @@ public:
   /// host's working directory). Returns the status, both streams, `truncated`, `denied` and the
   /// denied paths (docs/enforcement.md#denials). Throws ConfigError when stdout or stderr is
   /// redirected or the command runs on a terminal (there is nothing to capture then), and what
-  /// `spawn` and `FencedChild::wait` throw. Defined in <dsh/detail/process/capture_call.hpp>.
+  /// `spawn` and `FencedChild::wait` throw. Defined at the end of this file.
   [[nodiscard]] CommandOutput capture(const PreparedFence& fence, CaptureOptions options = {}) const;
 
   /// Waits for `pid` (retrying on EINTR); returns its exit code, or 128 + the signal number

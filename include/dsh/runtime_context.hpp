@@ -8,8 +8,8 @@
 /// the session's own log. An unchanged request adds nothing, the stable system prompt is never
 /// rewritten, and a restarted host finds "what the model was last told" in the log alone.
 ///
-/// The public API comes first, as declarations where it is built on the log scan of
-/// <dsh/detail/slog/snapshot_log.hpp>; their definitions follow that include.
+/// The public API comes first, as declarations; the log scan it is built on follows it, then
+/// their definitions.
 #pragma once
 
 #include <dsh/detail/slog/chunk_rows.hpp>

@@ -13,8 +13,8 @@
 /// opened, so they guard against a mistaken or planted link, not against someone who can
 /// rename entries inside the root while it is being read.
 ///
-/// The public API comes first; the walk of the store's directories it is built on is in
-/// <dsh/detail/store/store_walk.hpp>, included where the public types and names it uses are declared.
+/// The public API comes first; the walk of the store's directories it is built on follows it,
+/// at the end of this file.
 #pragma once
 
 #include <dsh/detail/store/dsh_segments.hpp>

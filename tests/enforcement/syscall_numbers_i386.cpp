@@ -3,42 +3,7 @@
 
 #if __has_include(<asm/unistd_32.h>)
 #include <asm/unistd_32.h>
-#define DSH_NR(name)                                                                                                   \
-  KernelSyscallNumber { #name, __NR_##name }
+#define DSH_KERNEL_HEADER_INSTALLED
 #endif
-
-namespace dsh::test {
-
-std::vector<KernelSyscallNumber> kernel_numbers_i386() {
-#if __has_include(<asm/unistd_32.h>)
-  return {
-    DSH_NR(prlimit64), DSH_NR(setpriority), DSH_NR(sched_setscheduler), DSH_NR(sched_setparam), DSH_NR(sched_setattr),
-        DSH_NR(sched_setaffinity), DSH_NR(ioprio_set), DSH_NR(ptrace), DSH_NR(process_vm_readv),
-        DSH_NR(process_vm_writev), DSH_NR(kcmp), DSH_NR(pidfd_getfd), DSH_NR(process_madvise), DSH_NR(migrate_pages),
-        DSH_NR(move_pages), DSH_NR(add_key), DSH_NR(request_key), DSH_NR(keyctl), DSH_NR(chmod), DSH_NR(fchmod),
-        DSH_NR(fchmodat),
-#if defined(__NR_fchmodat2)
-        DSH_NR(fchmodat2),
-#else
-        KernelSyscallNumber{"fchmodat2", header_lacks_it},
-#endif
-        DSH_NR(open), DSH_NR(openat), DSH_NR(creat), DSH_NR(mknod), DSH_NR(mknodat), DSH_NR(openat2),
-        DSH_NR(io_uring_setup), DSH_NR(io_uring_enter), DSH_NR(io_uring_register), DSH_NR(shmget), DSH_NR(shmat),
-        DSH_NR(shmdt), DSH_NR(shmctl), DSH_NR(msgget), DSH_NR(msgsnd), DSH_NR(msgrcv), DSH_NR(msgctl), DSH_NR(semget),
-        DSH_NR(semtimedop_time64), DSH_NR(semctl), DSH_NR(ipc), DSH_NR(mq_open), DSH_NR(mq_unlink),
-        DSH_NR(mq_timedsend), DSH_NR(mq_timedsend_time64), DSH_NR(mq_timedreceive), DSH_NR(mq_timedreceive_time64),
-        DSH_NR(mq_notify), DSH_NR(mq_getsetattr), DSH_NR(setsid), DSH_NR(ioctl), DSH_NR(clone), DSH_NR(clone3),
-    // The calls the table says i386 lacks (it reaches them through ipc).
-#if defined(__NR_semop)
-        DSH_NR(semop),
-#endif
-#if defined(__NR_semtimedop)
-        DSH_NR(semtimedop),
-#endif
-  };
-#else
-  return {};
-#endif
-}
-
-} // namespace dsh::test
+#define DSH_KERNEL_NUMBERS_FUNCTION kernel_numbers_i386
+#include "syscall_numbers_list.inc"

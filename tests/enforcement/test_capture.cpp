@@ -22,10 +22,7 @@
 using dsh::CaptureOptions;
 using dsh::CommandOutput;
 using dsh::SandboxMode;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::shell_argv;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 

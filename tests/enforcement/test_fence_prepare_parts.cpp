@@ -25,8 +25,7 @@ using dsh::ResolvedPolicy;
 using dsh::SandboxMode;
 using dsh::detail::Guard;
 using dsh::detail::SyscallFilterInstruction;
-using dsh::test::Lab;
-using dsh::test::TempDir;
+using namespace dsh::test;
 
 namespace {
 

@@ -21,11 +21,7 @@ using dsh::FenceOptions;
 using dsh::FenceStatus;
 using dsh::PreparedFence;
 using dsh::SandboxMode;
-using dsh::test::bash;
-using dsh::test::errno_of;
-using dsh::test::fenced;
-using dsh::test::Lab;
-using dsh::test::read_file;
+using namespace dsh::test;
 
 namespace {
 
@@ -133,18 +129,25 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.notes.size() == (abi >= 6 ? 0U : 1U));
     CHECK(report.describe() == "enforced read-only" + head + devices + filter + scope_note);
   }
-  SECTION("workspace-write adds the root and the session's private temporary directory, with every handled "
-          "right but device nodes and device ioctls") {
-    const std::filesystem::path own_tmp = lab.base() / "own-tmp"; // outside every platform area
+  // The workspace-write fence of the session "session-1", its private directory made beneath
+  // base/private, with $TMPDIR at a directory outside every platform area.
+  const std::filesystem::path own_tmp = lab.base() / "own-tmp";
+  const std::filesystem::path own = lab.base() / "private" / ("session-" + dsh::detail::name_digest("session-1"));
+  const std::uint64_t directory_rights = handled & ~dsh::landlock_device_rights();
+  const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
+  const auto session_fence = [&](bool shared_temporary_areas) {
     std::filesystem::create_directory(own_tmp);
     FenceOptions options;
+    options.shared_temporary_areas = shared_temporary_areas;
     options.temporary_root = lab.base() / "private";
     options.session_id = "session-1";
-    const PreparedFence fence = dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), options,
-                                                           dsh::detail::probe_landlock(), own_tmp.c_str());
+    return dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), options, dsh::detail::probe_landlock(),
+                                      own_tmp.c_str());
+  };
+  SECTION("workspace-write adds the root and the session's private temporary directory, with every handled "
+          "right but device nodes and device ioctls") {
+    const PreparedFence fence = session_fence(false);
     const dsh::FenceReport& report = fence.report();
-    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_rights();
-    const std::filesystem::path own = lab.base() / "private" / ("session-" + dsh::detail::name_digest("session-1"));
     CHECK(report.status == FenceStatus::enforced);
     CHECK(report.handled == handled);
     CHECK(report.temporary_directory == own);
@@ -154,7 +157,6 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                                                 {lab.workspace(), directory_rights},
                                                 {own, directory_rights}};
     CHECK(report.grants == expected);
-    const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
     CHECK(report.describe() ==
           "enforced workspace-write" + head + devices + "; " + dsh::json_string_literal(lab.workspace().native()) +
               all_but_devices + "; " + dsh::json_string_literal(own.native()) + all_but_devices +
@@ -166,17 +168,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(info.st_uid == ::geteuid());
   }
   SECTION("with shared_temporary_areas, the temporary areas too") {
-    const std::filesystem::path own_tmp = lab.base() / "own-tmp"; // outside every platform area
-    std::filesystem::create_directory(own_tmp);
-    FenceOptions options;
-    options.shared_temporary_areas = true;
-    options.temporary_root = lab.base() / "private";
-    options.session_id = "session-1";
-    const PreparedFence fence = dsh::detail::prepare_fence(lab.policy(SandboxMode::workspace_write), options,
-                                                           dsh::detail::probe_landlock(), own_tmp.c_str());
+    const PreparedFence fence = session_fence(true);
     const dsh::FenceReport& report = fence.report();
-    const std::uint64_t directory_rights = handled & ~dsh::landlock_device_rights();
-    const std::filesystem::path own = lab.base() / "private" / ("session-" + dsh::detail::name_digest("session-1"));
     CHECK(report.status == FenceStatus::enforced);
     CHECK(report.handled == handled);
     std::vector<dsh::FenceGrant> expected{{"/dev/null", device_rights},
@@ -184,7 +177,6 @@ TEST_CASE("the report says what the fence enforces in each mode") {
                                           {"/dev/full", device_rights},
                                           {lab.workspace(), directory_rights},
                                           {own, directory_rights}};
-    const std::string all_but_devices = " (all handled but make_char,make_block,ioctl_dev)";
     std::string expected_text = "enforced workspace-write" + head + devices + "; " +
                                 dsh::json_string_literal(lab.workspace().native()) + all_but_devices + "; " +
                                 dsh::json_string_literal(own.native()) + all_but_devices;

@@ -15,8 +15,7 @@
 
 using dsh::PreparedFence;
 using dsh::SandboxMode;
-using dsh::test::fenced;
-using dsh::test::Lab;
+using namespace dsh::test;
 
 namespace {
 

@@ -13,7 +13,7 @@
 // control run under the base fence (isolation off), which shows the attack works there.
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
-#include "support/refuse_user_namespaces.hpp"
+#include "support/seccomp.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/open_beneath.hpp>

@@ -63,9 +63,11 @@ using dsh::test::errno_of;
 using dsh::test::exists_nofollow;
 using dsh::test::fenced;
 using dsh::test::hand_to_nobody;
+using dsh::test::host_table;
 using dsh::test::Lab;
 using dsh::test::nobody;
 using dsh::test::open_lab_to_nobody;
+using dsh::test::over_host_table;
 using dsh::test::read_file;
 using dsh::test::shell;
 using dsh::test::Shell;
@@ -372,7 +374,7 @@ TEST_CASE("neighbours: another session's log and workspace under /tmp and /var/t
     return text;
   };
 
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : host_table) {
     CAPTURE(unprivileged);
     if (unprivileged) {
       open_lab_to_nobody(lab);
@@ -468,11 +470,7 @@ TEST_CASE("neighbours: mktemp works in the private directory beside a session lo
     return text;
   };
 
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
+  over_host_table(lab, [&](bool unprivileged) {
     const std::string seen = as_host(unprivileged, run);
     CAPTURE(seen);
     const ::uid_t uid = uid_of_host(unprivileged);
@@ -481,7 +479,7 @@ TEST_CASE("neighbours: mktemp works in the private directory beside a session lo
     CHECK(seen == "temporary " + expected_directory.native() + "\nmode 0700 owner " + std::to_string(uid) +
                       "\nmktemp 0 ok\nfiles 1 tmp.*\nin /tmp 1\nbeside the log 1\ncontrol in /tmp 0\nkept 1\n"
                       "removed 1 0\n");
-  }
+  });
   CHECK(read_file(log.path) == log.bytes);
   CHECK(read_file(config) == "{\"mode\":\"read-only\"}");
   CHECK(listing(state) == std::vector<std::string>{"host.json", "session.jsonl"});
@@ -550,11 +548,7 @@ TEST_CASE("neighbours: a session finds its private directory again, and another 
             std::to_string(listing(lab.outside() / "private").size()) + "\n";
     return text;
   };
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
+  over_host_table(lab, [&](bool unprivileged) {
     const std::string seen = as_host(unprivileged, run);
     const std::filesystem::path root = lab.outside() / "private";
     const std::string mine = (root / ("session-" + dsh::detail::name_digest("session-a"))).native();
@@ -564,7 +558,7 @@ TEST_CASE("neighbours: a session finds its private directory again, and another 
                       "\nattack 1\nattack 1\nattack 1\nattack 1\nattack 1\ncreate 13\nlisting 1 b-data\n"
                       "control 0 1\nread 0 b-data\nread-only temporary \"\" 1\ncleanup 11 0\n");
     std::filesystem::remove_all(root);
-  }
+  });
 }
 
 TEST_CASE("neighbours: a fence without a session removes its call- directory; remove_temporary_directory a session's") {
@@ -808,7 +802,7 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
     text += "call gone " + std::to_string(!exists_nofollow(call)) + "\n";
     return text;
   };
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : host_table) {
     CAPTURE(unprivileged);
     const ::uid_t uid = uid_of_host(unprivileged);
     const std::string seen = as_host(unprivileged, run);
@@ -1004,11 +998,7 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
     }
     return text;
   };
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
+  over_host_table(lab, [&](bool unprivileged) {
     // The unprivileged host's terminal is its own (file permissions allow the open and the
     // ioctls): only the fence refuses.
     const std::string seen = as_host(unprivileged, run);
@@ -1022,7 +1012,7 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
       }
     }
     CHECK(seen == expected);
-  }
+  });
 }
 
 namespace {
@@ -1493,19 +1483,14 @@ TEST_CASE("neighbours: a command cannot drop a library into a directory on the h
     }
     return text;
   };
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-      hand_to_nobody(libraries);
-      hand_to_nobody(libraries / "libkeep.so.1");
-    }
+  const std::array<std::filesystem::path, 2> also_to_nobody{libraries, libraries / "libkeep.so.1"};
+  over_host_table(lab, also_to_nobody, [&](bool unprivileged) {
     CHECK(as_host(unprivileged, run) == "control 0\ncontrol 0\ncontrol 0\nread-only 1 1 1 create=13\n"
                                         "workspace-write 1 1 1 create=13\n");
     CHECK(listing(libraries) == before);
     CHECK(read_file(libraries / "libkeep.so.1") == "\177ELF-keep");
     std::filesystem::remove_all(lab.outside() / "private");
-  }
+  });
 }
 
 // =============================================================================================
@@ -1658,13 +1643,8 @@ TEST_CASE("limit: a fenced command can chmod its own session log and hold a shar
     (void)PreparedFence::remove_temporary_directory(options);
     return text;
   };
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-      hand_to_nobody(logs);
-      hand_to_nobody(log.path);
-    }
+  const std::array<std::filesystem::path, 2> also_to_nobody{logs, log.path};
+  over_host_table(lab, also_to_nobody, [&](bool unprivileged) {
     std::string expected;
     for (const SandboxMode mode : fenced_modes) {
       expected += std::string(dsh::to_string(mode)) + " chmod 0 666\n600\nholder held\nsession log " +
@@ -1675,7 +1655,7 @@ TEST_CASE("limit: a fenced command can chmod its own session log and hold a shar
     CHECK(as_host(unprivileged, run) == expected);
     CHECK(mode_of(log.path) == "0600");
     CHECK(read_file(log.path) == log.bytes);
-  }
+  });
 }
 
 // A workspace (or session cwd) in a directory another local user can change is swapped by that

@@ -9,6 +9,7 @@
 // Nothing here assumes /tmp is granted: the tests ask the report (the build tree itself may
 // live under /tmp, and then /tmp holds the host executable and is never granted).
 #include "support/landlock.hpp"
+#include "support/users.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -45,6 +46,7 @@ using dsh::test::fenced;
 using dsh::test::grants_directory_of;
 using dsh::test::in_child;
 using dsh::test::Lab;
+using dsh::test::nobody;
 using dsh::test::read_file;
 using dsh::test::TempDir;
 using dsh::test::unfenced;
@@ -52,18 +54,12 @@ using dsh::test::write_file;
 
 namespace {
 
-constexpr ::uid_t nobody = 65534;
 const std::vector<SandboxMode> fenced_modes{SandboxMode::read_only, SandboxMode::workspace_write};
 
 /// Runs `body` in a forked child that has dropped to uid and gid 65534 first; returns what
 /// `body` returned, 240 when the drop failed.
 int as_nobody(const std::function<int()>& body) {
-  return in_child(nullptr, [&body] {
-    if (::setgroups(0, nullptr) != 0 || ::setgid(nobody) != 0 || ::setuid(nobody) != 0) {
-      return 240;
-    }
-    return body();
-  });
+  return in_child(nullptr, [&body] { return dsh::test::become_nobody() ? body() : 240; });
 }
 
 /// Appends `line` to `path` (O_APPEND, never creating it); 0 or the errno.

@@ -11,6 +11,7 @@
 //
 // The syscall-level attempts run this test executable itself as the command: when
 // DSH_HOSTILE names an attempt, a static initializer performs it and exits before Catch2 starts.
+#include "support/hosts.hpp"
 #include "support/landlock.hpp"
 
 #include <dsh/landlock.hpp>
@@ -30,7 +31,6 @@
 #include <vector>
 
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <pty.h>
 #include <sys/file.h>
@@ -48,6 +48,7 @@ using dsh::FencedChild;
 using dsh::FencedCommand;
 using dsh::PreparedFence;
 using dsh::SandboxMode;
+using dsh::test::errno_of;
 using dsh::test::exists_nofollow;
 using dsh::test::Lab;
 using dsh::test::read_file;
@@ -58,9 +59,6 @@ namespace {
 // ------------------------------------------------------------------------------------------
 // The hostile side: this executable, started as the fenced command with DSH_HOSTILE set.
 // ------------------------------------------------------------------------------------------
-
-/// 0 when `result` >= 0, else errno.
-int error_of(long result) { return result < 0 ? errno : 0; }
 
 /// The capabilities of FENCE_DROPPED_CAPABILITIES still in this process's sets.
 int report_capabilities() {
@@ -95,17 +93,17 @@ int report_capabilities() {
 int hostile(std::string_view action, const std::string& arg) {
   if (action == "tiocsti") { // type into the terminal on stdin, and into the one named `arg`
     const char key = 'X';
-    const int on_stdin = error_of(::ioctl(STDIN_FILENO, TIOCSTI, &key));
+    const int on_stdin = errno_of(::ioctl(STDIN_FILENO, TIOCSTI, &key));
     const int fd = ::open(arg.c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC);
-    const int by_name = fd < 0 ? errno : error_of(::ioctl(fd, TIOCSTI, &key));
+    const int by_name = fd < 0 ? errno : errno_of(::ioctl(fd, TIOCSTI, &key));
     std::printf("stdin=%d by-name=%d\n", on_stdin, by_name);
     return 0;
   }
   if (action == "stdio") { // truncate, seek and reopen the host's stdout (`arg`: the host's pid)
-    const int truncated = error_of(::ftruncate(STDOUT_FILENO, 0));
-    const int seeked = error_of(::lseek(STDOUT_FILENO, 0, SEEK_SET));
+    const int truncated = errno_of(::ftruncate(STDOUT_FILENO, 0));
+    const int seeked = errno_of(::lseek(STDOUT_FILENO, 0, SEEK_SET));
     const int reopened = ::open("/proc/self/fd/1", O_WRONLY | O_TRUNC | O_CLOEXEC);
-    const int reopen = reopened < 0 ? errno : error_of(::write(reopened, "via-proc\n", 9));
+    const int reopen = reopened < 0 ? errno : errno_of(::write(reopened, "via-proc\n", 9));
     int host = -1;
     if (!arg.empty()) {
       const std::string path = "/proc/" + arg + "/fd/1";
@@ -117,7 +115,7 @@ int hostile(std::string_view action, const std::string& arg) {
   }
   if (action == "ptrace") { // attach to the host (`arg`: its pid); SEIZE does not stop it
     const auto pid = static_cast<::pid_t>(std::stol(arg));
-    const int seized = error_of(::ptrace(PTRACE_SEIZE, pid, nullptr, nullptr));
+    const int seized = errno_of(::ptrace(PTRACE_SEIZE, pid, nullptr, nullptr));
     if (seized == 0) {
       ::ptrace(PTRACE_DETACH, pid, nullptr, nullptr);
     }
@@ -125,8 +123,8 @@ int hostile(std::string_view action, const std::string& arg) {
     return 0;
   }
   if (action == "mknod") { // a second /dev/null and a second /dev/loop0 in directory `arg`
-    const int character = error_of(::mknod((arg + "/char").c_str(), S_IFCHR | 0600, ::makedev(1, 3)));
-    const int block = error_of(::mknod((arg + "/block").c_str(), S_IFBLK | 0600, ::makedev(7, 0)));
+    const int character = errno_of(::mknod((arg + "/char").c_str(), S_IFCHR | 0600, ::makedev(1, 3)));
+    const int block = errno_of(::mknod((arg + "/block").c_str(), S_IFBLK | 0600, ::makedev(7, 0)));
     std::printf("char=%d block=%d\n", character, block);
     return 0;
   }
@@ -187,72 +185,14 @@ FencedCommand hostile_command(const std::string& action, const std::string& arg 
 std::string n(int value) { return std::to_string(value); }
 
 /// What a call printed and how it ended.
-struct Call {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
+using Call = dsh::test::Shell;
+using dsh::test::run_captured;
 
-/// Runs `command` under `fence` with its output captured through `on_output`.
-Call run_captured(FencedCommand& command, const PreparedFence& fence) {
-  Call call;
-  command.on_output([&call](dsh::CommandStream stream, std::string_view bytes) {
-    (stream == dsh::CommandStream::out ? call.out : call.err).append(bytes);
-  });
-  call.status = command.run(fence);
-  return call;
-}
-
-/// Becomes uid and gid 65534 (nobody) for good, as an unprivileged host would run; keeps the
-/// process dumpable, as an ordinary login process is.
-void become_unprivileged() {
-  if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0 ||
-      ::prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0) {
-    ::_exit(251);
-  }
-}
-
-/// Runs `body` in a forked host process (as uid 65534 when `unprivileged`), guarded by a
-/// 60-second alarm that kills a hung host; returns the text `body` returned, or a text that
-/// says how the host died. `body` must not use Catch2 (it runs in the copy).
+/// `dsh::test::as_host`, once this executable's copy exists (made while this process can
+/// still read the original).
 std::string as_host(bool unprivileged, const std::function<std::string()>& body) {
-  (void)hostile_program(); // copied while this process can still read the original
-  std::array<int, 2> ends{-1, -1};
-  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
-  const dsh::UniqueFd reader{ends[0]};
-  dsh::UniqueFd writer{ends[1]};
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(60);
-    if (unprivileged) {
-      become_unprivileged();
-    }
-    std::string text;
-    try {
-      text = body();
-    } catch (const std::exception& error) {
-      text = std::string("exception: ") + error.what();
-    }
-    dsh::detail::write_all(writer.get(), text.data(), text.size());
-    ::_exit(0);
-  }
-  writer.reset();
-  std::string text;
-  std::array<char, 4096> buffer{};
-  for (;;) {
-    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got <= 0) {
-      break;
-    }
-    text.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  const int status = FencedCommand::wait_for(pid);
-  return status == 0 ? text : text + "<host ended with status " + std::to_string(status) + ">";
+  (void)hostile_program();
+  return dsh::test::as_host(unprivileged, body);
 }
 
 /// True when process `pid` no longer exists (not even as a zombie).
@@ -267,17 +207,25 @@ bool gone(::pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH
   return static_cast<::pid_t>(std::stol(line));
 }
 
-/// Gives the unprivileged host what it needs of the laboratory: the base traversable, the
-/// workspace, the outside directory and the temporary area writable by uid 65534.
-void open_lab_to_nobody(const Lab& lab) {
-  REQUIRE(::chmod(lab.base().c_str(), 0755) == 0);
-  for (const std::filesystem::path& dir : {lab.workspace(), lab.outside(), lab.tmp_area()}) {
-    REQUIRE(::chown(dir.c_str(), 65534, 65534) == 0);
-  }
-}
-
 const std::array<SandboxMode, 3> all_modes{SandboxMode::read_only, SandboxMode::workspace_write,
                                            SandboxMode::danger_full_access};
+
+/// The unprivileged host of this file is also given the laboratory's temporary area, where its
+/// commands write.
+std::array<std::filesystem::path, 1> also_to_nobody(const Lab& lab) { return {lab.tmp_area()}; }
+
+/// `dsh::test::open_lab_to_nobody` with the temporary area.
+void open_lab_and_tmp_to_nobody(const Lab& lab) { dsh::test::open_lab_to_nobody(lab, also_to_nobody(lab)); }
+
+/// The table host x every mode of this file (see `dsh::test::over_host_mode_table`).
+void over_hosts_and_modes(const Lab& lab, const std::function<void(bool unprivileged, SandboxMode mode)>& attempt) {
+  dsh::test::over_host_mode_table(lab, all_modes, also_to_nobody(lab), attempt);
+}
+
+/// The table of hosts alone (see `dsh::test::over_host_table`).
+void over_hosts(const Lab& lab, const std::function<void(bool unprivileged)>& attempt) {
+  dsh::test::over_host_table(lab, also_to_nobody(lab), attempt);
+}
 
 } // namespace
 
@@ -339,7 +287,7 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
     if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
       return 200;
     }
-    return error_of(::ioctl(slave, TIOCSTI, &key));
+    return errno_of(::ioctl(slave, TIOCSTI, &key));
   });
   if (control == EIO) {
     DSH_TEST_SKIP("this kernel has TIOCSTI disabled (dev.tty.legacy_tiocsti = 0): nothing to attack");
@@ -366,7 +314,7 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
     }
   }
   // An unprivileged host, every mode.
-  open_lab_to_nobody(lab);
+  open_lab_and_tmp_to_nobody(lab);
   const std::string seen = as_host(true, [&] {
     std::string text;
     for (const SandboxMode mode : all_modes) {
@@ -387,43 +335,37 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
 TEST_CASE("redteam: the host's stdout redirected to a file cannot be truncated, seeked or reopened") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const bool unprivileged : {false, true}) {
+  over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
+    const std::filesystem::path out_path = lab.outside() / "host-stdout.txt";
+    const std::filesystem::path err_path = lab.outside() / "host-stderr.txt";
+    write_file(out_path, "host output\n");
+    write_file(err_path, "");
     if (unprivileged) {
-      open_lab_to_nobody(lab);
+      dsh::test::hand_to_nobody(out_path);
+      dsh::test::hand_to_nobody(err_path);
     }
-    for (const SandboxMode mode : all_modes) {
-      CAPTURE(unprivileged, dsh::to_string(mode));
-      const std::filesystem::path out_path = lab.outside() / "host-stdout.txt";
-      const std::filesystem::path err_path = lab.outside() / "host-stderr.txt";
-      write_file(out_path, "host output\n");
-      write_file(err_path, "");
-      if (unprivileged) {
-        REQUIRE(::chown(out_path.c_str(), 65534, 65534) == 0);
-        REQUIRE(::chown(err_path.c_str(), 65534, 65534) == 0);
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+    const std::string host = as_host(unprivileged, [&] {
+      // The host's own stdout and stderr are the two files, as after `host > out 2> err`.
+      const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND)};
+      const dsh::UniqueFd err{::open(err_path.c_str(), O_WRONLY)};
+      if (!out || !err || ::dup2(out.get(), STDOUT_FILENO) < 0 || ::dup2(err.get(), STDERR_FILENO) < 0) {
+        return std::string("cannot set up the host's stdio");
       }
-      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-      const std::string host = as_host(unprivileged, [&] {
-        // The host's own stdout and stderr are the two files, as after `host > out 2> err`.
-        const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND)};
-        const dsh::UniqueFd err{::open(err_path.c_str(), O_WRONLY)};
-        if (!out || !err || ::dup2(out.get(), STDOUT_FILENO) < 0 || ::dup2(err.get(), STDERR_FILENO) < 0) {
-          return std::string("cannot set up the host's stdio");
-        }
-        // danger-full-access may reopen any file by name, the host's /proc entry included
-        // (not part of this attempt: that is the mode's definition).
-        const std::string host_pid = mode == SandboxMode::danger_full_access ? "" : std::to_string(::getpid());
-        FencedCommand command = hostile_command("stdio", host_pid);
-        command.in_directory(lab.workspace());
-        return "status=" + std::to_string(command.run(fence)); // relayed to the two files
-      });
-      CHECK(host == "status=0");
-      // The relay appended what the command wrote through /proc/self/fd/1 (its own pipe).
-      CHECK(read_file(out_path) == "host output\nvia-proc\n");
-      const std::string host_answer = mode == SandboxMode::danger_full_access ? "-1" : n(EACCES);
-      CHECK(read_file(err_path) ==
-            "ftruncate=" + n(EINVAL) + " lseek=" + n(ESPIPE) + " reopen=0 host=" + host_answer + "\n");
-    }
-  }
+      // danger-full-access may reopen any file by name, the host's /proc entry included
+      // (not part of this attempt: that is the mode's definition).
+      const std::string host_pid = mode == SandboxMode::danger_full_access ? "" : std::to_string(::getpid());
+      FencedCommand command = hostile_command("stdio", host_pid);
+      command.in_directory(lab.workspace());
+      return "status=" + std::to_string(command.run(fence)); // relayed to the two files
+    });
+    CHECK(host == "status=0");
+    // The relay appended what the command wrote through /proc/self/fd/1 (its own pipe).
+    CHECK(read_file(out_path) == "host output\nvia-proc\n");
+    const std::string host_answer = mode == SandboxMode::danger_full_access ? "-1" : n(EACCES);
+    CHECK(read_file(err_path) ==
+          "ftruncate=" + n(EINVAL) + " lseek=" + n(ESPIPE) + " reopen=0 host=" + host_answer + "\n");
+  });
 }
 
 TEST_CASE("redteam: redirect hands over the host's descriptor, as documented") {
@@ -585,11 +527,7 @@ TEST_CASE("redteam: root with ambient capabilities and a smaller bounding set gi
 TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatever the host set") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const bool unprivileged : {false, true}) {
-    CAPTURE(unprivileged);
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
+  over_hosts(lab, [&](bool unprivileged) {
     const std::string seen = as_host(unprivileged, [&] {
       // Ignored, caught and blocked signals, real-time ones included: a host may set any.
       for (const int ignored : {SIGHUP, SIGPIPE, SIGUSR1, SIGRTMIN + 3}) {
@@ -609,7 +547,7 @@ TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatev
       return std::to_string(call.status) + " " + call.out;
     });
     CHECK(seen == "0 SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
-  }
+  });
 }
 
 TEST_CASE("a host whose SIGCHLD keeps its default action with SA_NOCLDWAIT still gets the exit status") {
@@ -645,7 +583,7 @@ TEST_CASE("the supervisor reads a mask of /proc/thread-self/status only from a w
 TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bounding set") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  open_lab_to_nobody(lab);
+  open_lab_and_tmp_to_nobody(lab);
   const std::string seen = as_host(true, [&] {
     FencedCommand command = hostile_command("caps");
     Call call = run_captured(command, dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write)));
@@ -665,66 +603,54 @@ TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bou
 TEST_CASE("redteam: a detached double-forked writer dies with the call") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const bool unprivileged : {false, true}) {
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
-    for (const SandboxMode mode : all_modes) {
-      CAPTURE(unprivileged, dsh::to_string(mode));
-      // Where this mode may write: the workspace, or anywhere.
-      const std::filesystem::path target =
-          (mode == SandboxMode::danger_full_access ? lab.outside() : lab.workspace()) / "late.txt";
-      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-      if (mode != SandboxMode::read_only) { // control: the write itself is allowed in the call
-        const std::string now = as_host(unprivileged, [&] {
-          FencedCommand command({"sh", "-c", "echo now > '" + target.string() + "'"});
-          return std::to_string(command.run(fence));
-        });
-        CHECK(now == "0");
-        CHECK(read_file(target) == "now\n");
-        std::filesystem::remove(target);
-      }
-      const std::string out = as_host(unprivileged, [&] {
-        // The writer reports its pid through a process substitution, whose shell exits at
-        // once: the writer is orphaned (a double fork) in a session of its own.
-        FencedCommand command(
-            {"bash", "-c",
-             "exec 3< <(setsid sh -c 'echo $$; exec >/dev/null 2>&1 </dev/null; sleep 0.5; echo late > \"$0\"' '" +
-                 target.string() + "' &); read writer <&3; echo $writer"});
-        Call call = run_captured(command, fence);
-        return call.out;
+  over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
+    // Where this mode may write: the workspace, or anywhere.
+    const std::filesystem::path target =
+        (mode == SandboxMode::danger_full_access ? lab.outside() : lab.workspace()) / "late.txt";
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+    if (mode != SandboxMode::read_only) { // control: the write itself is allowed in the call
+      const std::string now = as_host(unprivileged, [&] {
+        FencedCommand command({"sh", "-c", "echo now > '" + target.string() + "'"});
+        return std::to_string(command.run(fence));
       });
-      const ::pid_t writer = first_pid(out);
-      CHECK(writer > 0);
-      CHECK(gone(writer));
-      std::this_thread::sleep_for(std::chrono::milliseconds(800)); // longer than its delay
-      CHECK_FALSE(exists_nofollow(target));
+      CHECK(now == "0");
+      CHECK(read_file(target) == "now\n");
+      std::filesystem::remove(target);
     }
-  }
+    const std::string out = as_host(unprivileged, [&] {
+      // The writer reports its pid through a process substitution, whose shell exits at
+      // once: the writer is orphaned (a double fork) in a session of its own.
+      FencedCommand command(
+          {"bash", "-c",
+           "exec 3< <(setsid sh -c 'echo $$; exec >/dev/null 2>&1 </dev/null; sleep 0.5; echo late > \"$0\"' '" +
+               target.string() + "' &); read writer <&3; echo $writer"});
+      Call call = run_captured(command, fence);
+      return call.out;
+    });
+    const ::pid_t writer = first_pid(out);
+    CHECK(writer > 0);
+    CHECK(gone(writer));
+    std::this_thread::sleep_for(std::chrono::milliseconds(800)); // longer than its delay
+    CHECK_FALSE(exists_nofollow(target));
+  });
 }
 
 TEST_CASE("redteam: a background child holding stderr does not hold the host") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const bool unprivileged : {false, true}) {
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
-    for (const SandboxMode mode : all_modes) {
-      CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-      const std::string out = as_host(unprivileged, [&] {
-        FencedCommand command({"bash", "-c", "sleep 1000 & echo $!"}); // the sleep keeps stdout and stderr
-        Call call = run_captured(command, fence);
-        return std::to_string(call.status) + " " + call.out;
-      });
-      // The host returned (no alarm), with the command's status, and the sleep is gone.
-      REQUIRE(out.rfind("0 ", 0) == 0);
-      const ::pid_t background = first_pid(out.substr(2));
-      CHECK(background > 0);
-      CHECK(gone(background));
-    }
-  }
+  over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+    const std::string out = as_host(unprivileged, [&] {
+      FencedCommand command({"bash", "-c", "sleep 1000 & echo $!"}); // the sleep keeps stdout and stderr
+      Call call = run_captured(command, fence);
+      return std::to_string(call.status) + " " + call.out;
+    });
+    // The host returned (no alarm), with the command's status, and the sleep is gone.
+    REQUIRE(out.rfind("0 ", 0) == 0);
+    const ::pid_t background = first_pid(out.substr(2));
+    CHECK(background > 0);
+    CHECK(gone(background));
+  });
 }
 
 TEST_CASE("redteam: a leftover process holding a flock releases it when the call ends") {
@@ -733,64 +659,52 @@ TEST_CASE("redteam: a leftover process holding a flock releases it when the call
   const std::filesystem::path log = lab.outside() / "session.jsonl";
   write_file(log, "{}\n");
   REQUIRE(::chmod(log.c_str(), 0644) == 0);
-  for (const bool unprivileged : {false, true}) {
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
-    for (const SandboxMode mode : all_modes) {
-      CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-      const std::string out = as_host(unprivileged, [&] {
-        // flock needs only a descriptor open for reading, which every fence allows. The holder
-        // detaches and reports its pid once it has the lock.
-        FencedCommand command({"bash", "-c",
-                               "exec 3< <(setsid sh -c 'exec 9<\"$0\"; flock -x 9; echo $$; exec >/dev/null "
-                               "2>&1 </dev/null; sleep 1000' '" +
-                                   log.string() + "' &); read holder <&3; echo $holder"});
-        Call call = run_captured(command, fence);
-        const dsh::UniqueFd fd{::open(log.c_str(), O_RDONLY | O_CLOEXEC)};
-        const int locked = fd ? error_of(::flock(fd.get(), LOCK_EX | LOCK_NB)) : -1;
-        return call.out + "lock=" + std::to_string(locked);
-      });
-      const ::pid_t holder = first_pid(out);
-      CHECK(holder > 0);
-      CHECK(gone(holder));
-      CHECK(out.substr(out.find('\n') + 1) == "lock=0");
-      CHECK(read_file(log) == "{}\n");
-    }
-  }
+  over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+    const std::string out = as_host(unprivileged, [&] {
+      // flock needs only a descriptor open for reading, which every fence allows. The holder
+      // detaches and reports its pid once it has the lock.
+      FencedCommand command({"bash", "-c",
+                             "exec 3< <(setsid sh -c 'exec 9<\"$0\"; flock -x 9; echo $$; exec >/dev/null "
+                             "2>&1 </dev/null; sleep 1000' '" +
+                                 log.string() + "' &); read holder <&3; echo $holder"});
+      Call call = run_captured(command, fence);
+      const dsh::UniqueFd fd{::open(log.c_str(), O_RDONLY | O_CLOEXEC)};
+      const int locked = fd ? errno_of(::flock(fd.get(), LOCK_EX | LOCK_NB)) : -1;
+      return call.out + "lock=" + std::to_string(locked);
+    });
+    const ::pid_t holder = first_pid(out);
+    CHECK(holder > 0);
+    CHECK(gone(holder));
+    CHECK(out.substr(out.find('\n') + 1) == "lock=0");
+    CHECK(read_file(log) == "{}\n");
+  });
 }
 
 TEST_CASE("redteam: the time limit ends the call and everything it started") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const bool unprivileged : {false, true}) {
-    if (unprivileged) {
-      open_lab_to_nobody(lab);
-    }
-    for (const SandboxMode mode : all_modes) {
-      CAPTURE(unprivileged, dsh::to_string(mode));
-      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-      const std::string out = as_host(unprivileged, [&] {
-        FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; sleep 1000"});
-        std::string printed;
-        command.time_limit(std::chrono::milliseconds(300))
-            .on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
-        FencedChild child = command.spawn(fence);
-        const int status = child.wait();
-        FencedCommand quick({"sh", "-c", "exit 3"});
-        quick.time_limit(std::chrono::minutes(1));
-        FencedChild quick_child = quick.spawn(fence);
-        const int quick_status = quick_child.wait();
-        return std::to_string(status) + (child.timed_out() ? " timed out " : " ended ") + std::to_string(quick_status) +
-               (quick_child.timed_out() ? " timed out\n" : " ended\n") + printed;
-      });
-      CHECK(out.substr(0, out.find('\n')) == "124 timed out 3 ended");
-      const ::pid_t background = first_pid(out.substr(out.find('\n') + 1));
-      CHECK(background > 0);
-      CHECK(gone(background));
-    }
-  }
+  over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+    const std::string out = as_host(unprivileged, [&] {
+      FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; sleep 1000"});
+      std::string printed;
+      command.time_limit(std::chrono::milliseconds(300))
+          .on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
+      FencedChild child = command.spawn(fence);
+      const int status = child.wait();
+      FencedCommand quick({"sh", "-c", "exit 3"});
+      quick.time_limit(std::chrono::minutes(1));
+      FencedChild quick_child = quick.spawn(fence);
+      const int quick_status = quick_child.wait();
+      return std::to_string(status) + (child.timed_out() ? " timed out " : " ended ") + std::to_string(quick_status) +
+             (quick_child.timed_out() ? " timed out\n" : " ended\n") + printed;
+    });
+    CHECK(out.substr(0, out.find('\n')) == "124 timed out 3 ended");
+    const ::pid_t background = first_pid(out.substr(out.find('\n') + 1));
+    CHECK(background > 0);
+    CHECK(gone(background));
+  });
   CHECK_THROWS_AS(FencedCommand({"true"}).time_limit(std::chrono::milliseconds(0)), dsh::ConfigError);
 }
 

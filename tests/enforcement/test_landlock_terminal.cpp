@@ -16,8 +16,7 @@
 
 using dsh::PreparedFence;
 using dsh::SandboxMode;
-using dsh::test::Lab;
-using dsh::test::read_file;
+using namespace dsh::test;
 
 namespace {
 

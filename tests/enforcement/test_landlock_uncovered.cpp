@@ -20,12 +20,7 @@
 
 using dsh::PreparedFence;
 using dsh::SandboxMode;
-using dsh::test::errno_of;
-using dsh::test::fenced;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::unfenced;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 

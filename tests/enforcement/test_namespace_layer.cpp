@@ -7,7 +7,7 @@
 #include "support/catch.hpp"
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
-#include "support/refuse_user_namespaces.hpp"
+#include "support/seccomp.hpp"
 #include "support/session_log.hpp"
 
 #include <dsh/landlock.hpp>
@@ -160,7 +160,7 @@ std::string mode_and_bytes(const std::filesystem::path& path) {
 
 TEST_CASE("the namespace layer's report in each isolation mode, as root and as an unprivileged host") {
   DSH_REQUIRE_LANDLOCK();
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
     const std::string seen = as_host({unprivileged, false}, [&]() {
@@ -235,7 +235,7 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
   REQUIRE(::bind(daemon.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
   REQUIRE(::listen(daemon.get(), 1) == 0);
   REQUIRE(::chmod(socket_path.c_str(), 0777) == 0);
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
     // The user's runtime directory, with its agent sockets.
@@ -308,7 +308,7 @@ TEST_CASE("a workspace beneath /tmp keeps the host's /tmp in view in every mode,
   const std::filesystem::path workspace = dsh::canonical_path(host_tmp.path()) / "ws";
   std::filesystem::create_directory(workspace);
   write_file(workspace / "readme", "hello\n");
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     REQUIRE(::chown(workspace.c_str(), dsh::test::uid_of_host(unprivileged), dsh::test::uid_of_host(unprivileged)) ==
             0);
@@ -360,7 +360,7 @@ TEST_CASE("a workspace beneath /tmp keeps the host's /tmp in view in every mode,
 
 TEST_CASE("a session log beside the workspace is hidden alone: it cannot be opened, locked or re-moded") {
   DSH_REQUIRE_LANDLOCK();
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
     // The log's directory holds the workspace: hiding it would hide the workspace.
@@ -388,7 +388,7 @@ TEST_CASE("a session log beside the workspace is hidden alone: it cannot be open
 
 TEST_CASE("protected entries stay byte for byte against write, rename, unlink and replace; git still commits") {
   DSH_REQUIRE_LANDLOCK();
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
     const std::filesystem::path repo = setup.lab.workspace();
@@ -546,7 +546,7 @@ TEST_CASE("with user namespaces refused to an unprivileged host: best-effort fen
 // uid 65534.
 TEST_CASE("the command's view matches report(): writable, visible and seen, with and without the layer") {
   DSH_REQUIRE_LANDLOCK();
-  for (const bool unprivileged : {false, true}) {
+  for (const bool unprivileged : dsh::test::host_table) {
     CAPTURE(unprivileged);
     const Setup setup(unprivileged);
     for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {

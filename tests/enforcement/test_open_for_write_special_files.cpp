@@ -22,9 +22,7 @@
 #include <unistd.h>
 
 using dsh::SandboxMode;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 
@@ -32,34 +30,14 @@ namespace {
 /// alarm: "opened" or "errno N: what()"; a hang shows as "<child ended with status 142>".
 std::string attempt(const dsh::ResolvedPolicy& policy, const std::filesystem::path& path,
                     int flags = O_WRONLY | O_CREAT) {
-  std::array<int, 2> ends{-1, -1};
-  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
-  const dsh::UniqueFd reader{ends[0]};
-  dsh::UniqueFd writer{ends[1]};
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(10);
-    std::string text;
+  return report_from_child("child", 10, [&] {
     try {
       const dsh::UniqueFd file = dsh::open_for_write(policy, path, flags);
-      text = "opened";
+      return std::string("opened");
     } catch (const dsh::WriteError& error) {
-      text = "errno " + std::to_string(error.code().value()) + ": " + error.what();
+      return "errno " + std::to_string(error.code().value()) + ": " + error.what();
     }
-    dsh::detail::write_all(writer.get(), text.data(), text.size());
-    ::_exit(0);
-  }
-  writer.reset();
-  std::string text;
-  std::array<char, 1024> buffer{};
-  ::ssize_t got = 0;
-  while ((got = ::read(reader.get(), buffer.data(), buffer.size())) > 0) {
-    text.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  const int status = dsh::FencedCommand::wait_for(pid);
-  return status == 0 ? text : text + "<child ended with status " + std::to_string(status) + ">";
+  });
 }
 
 /// The refusal text for `path` being `kind`.

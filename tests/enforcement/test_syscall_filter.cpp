@@ -10,6 +10,7 @@
 //     first, to show it would succeed;
 //   * a shell running ordinary commands under the filter.
 #include "support/landlock.hpp"
+#include "support/users.hpp"
 #include "syscall_numbers.hpp"
 
 #include <dsh/detail/fence/syscall_filter.hpp>
@@ -60,6 +61,7 @@
 using dsh::detail::SyscallAbi;
 using dsh::detail::SyscallRuleRow;
 using dsh::test::errno_of;
+using dsh::test::nobody;
 using dsh::test::read_file;
 using dsh::test::TempDir;
 using dsh::test::write_file;
@@ -490,8 +492,6 @@ TEST_CASE("syscall filter: the numbers of x86_64, i386 and aarch64 are the kerne
                     dsh::detail::syscall_filter_unavailable_reason(dsh_error));                                        \
     }                                                                                                                  \
   } while (false)
-
-constexpr ::uid_t nobody = 65534;
 
 // Exit codes of an attacking child that did not get to its attack; errno values stay below.
 constexpr int cannot_become = 240;

@@ -19,10 +19,7 @@
 using dsh::SandboxMode;
 using dsh::WriteError;
 using dsh::WriteOptions;
-using dsh::test::exists_nofollow;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 

@@ -69,17 +69,6 @@ std::vector<HostileName> hostile_names() {
   };
 }
 
-// True if `text` needs no JSON escaping: printable ASCII without `"` and `\`.
-bool plain_ascii(std::string_view text) {
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte > 0x7E || c == '"' || c == '\\') {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Returns the offsets of the `"` characters of `text` that a JSON reader would take as string
 // delimiters (not escaped by a backslash).
 std::vector<std::size_t> unescaped_quotes(std::string_view text) {
@@ -115,7 +104,7 @@ void check_one_line_around(const std::string& text, const std::string& literal) 
 TEST_CASE("hostile directory names render as exact JSON literals on one line", "[hostile]") {
   const dsh::test::TempDir tmp;
   const std::string base = std::filesystem::canonical(tmp.path()).string();
-  REQUIRE(plain_ascii(base));
+  REQUIRE(dsh::test::plain_ascii(base));
 
   dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::workspace_write, tmp.path(), "DSH"});
   std::vector<dsh::Disposer> families;
@@ -159,7 +148,7 @@ TEST_CASE("hostile directory names render as exact JSON literals on one line", "
 TEST_CASE("hostile names nested two deep and as the deployment root", "[hostile]") {
   const dsh::test::TempDir tmp;
   const std::string base = std::filesystem::canonical(tmp.path()).string();
-  REQUIRE(plain_ascii(base));
+  REQUIRE(dsh::test::plain_ascii(base));
   const std::filesystem::path nested = tmp / "a\"b" / "c\nd\xFF";
   REQUIRE(std::filesystem::create_directories(nested));
   const std::string literal = "\"" + base + "/a\\\"b/c\\nd" FFFD "\"";

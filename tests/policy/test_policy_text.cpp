@@ -189,17 +189,6 @@ std::string replace_all(std::string text, std::string_view from, std::string_vie
   return text;
 }
 
-// True if `text` needs no JSON escaping: printable ASCII without `"` and `\`.
-bool plain_ascii(std::string_view text) {
-  for (char c : text) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte > 0x7E || c == '"' || c == '\\') {
-      return false;
-    }
-  }
-  return true;
-}
-
 dsh::ResolvedPolicy literal_policy(SandboxMode mode) {
   return dsh::ResolvedPolicy{mode, "/home/me/project", dsh::ModeSource::deployment, dsh::RootSource::deployment};
 }
@@ -300,7 +289,7 @@ TEST_CASE("PolicyOwner::context: 3 modes x 7 enforced x 8 escalatable on a real 
   std::filesystem::create_directories(tmp / "work" / "project");
   // The oracle: the kernel's own identity of the directory (realpath), independent of the library.
   const std::string canonical = std::filesystem::canonical(tmp / "work" / "project").string();
-  REQUIRE(plain_ascii(canonical));
+  REQUIRE(dsh::test::plain_ascii(canonical));
   const std::string root_literal = "\"" + canonical + "\"";
 
   // A non-canonical spelling of the same directory as the session cwd.
@@ -389,7 +378,7 @@ TEST_CASE("PolicyOwner::context: a session without cwd shows the deployment root
   const dsh::test::TempDir tmp;
   std::filesystem::create_directories(tmp / "deploy");
   const std::string canonical = std::filesystem::canonical(tmp / "deploy").string();
-  REQUIRE(plain_ascii(canonical));
+  REQUIRE(dsh::test::plain_ascii(canonical));
 
   dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::workspace_write, tmp / "deploy" / "", "DSH"});
   const dsh::Disposer bash = owner.registerEnforcedFamily(Family::bash);

@@ -14,11 +14,7 @@
 #include <unistd.h>
 
 using dsh::detail::untrusted_directory;
-using dsh::test::Child;
-using dsh::test::make_directory;
-using dsh::test::TempDir;
-using dsh::test::write_all;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -125,8 +121,8 @@ TEST_CASE("a group the database says another user holds makes a group-writable d
   // Each child sees its own copy of the databases, bind-mounted in a private mount namespace.
   const auto with_databases = [&](const std::string& group, const std::string& passwd) {
     const TempDir scratch;
-    write_bytes(scratch / "group", group);
-    write_bytes(scratch / "passwd", passwd);
+    write_file(scratch / "group", group);
+    write_file(scratch / "passwd", passwd);
     Child child([&](int report) {
       if (!dsh::test::enter_private_mount_namespace() ||
           ::mount((scratch / "group").c_str(), "/etc/group", nullptr, MS_BIND, nullptr) != 0 ||
@@ -194,7 +190,7 @@ TEST_CASE("what cannot be examined is a reason: a missing or non-directory compo
   };
   CHECK(untrusted_directory(tree.trusted / "missing" / "s.jsonl") ==
         cannot(tree.trusted / "missing", "No such file or directory"));
-  write_bytes(tree.trusted / "file", "x");
+  write_file(tree.trusted / "file", "x");
   CHECK(untrusted_directory(tree.trusted / "file" / "s.jsonl") == cannot(tree.trusted / "file", "Not a directory"));
   std::filesystem::create_symlink("loop", tree.trusted / "loop");
   CHECK(untrusted_directory(tree.trusted / "loop" / "s.jsonl") ==

@@ -8,21 +8,15 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::Child;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 TEST_CASE("create refuses to overwrite an existing file") {
   const TempDir dir;
   const auto path = dir / "s.jsonl";
-  write_bytes(path, "precious\n");
+  write_file(path, "precious\n");
   const dsh::LogError error = log_error_from([&] { static_cast<void>(SessionLog::create(path, {"x", {}, 1})); });
   CHECK(std::string(error.what()) == log_message(path, 0, "cannot create: the file exists"));
-  CHECK(read_bytes(path) == "precious\n");
+  CHECK(read_file(path) == "precious\n");
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()) == 1);
 
   static_cast<void>(SessionLog::create(dir / "t.jsonl", {"t", {}, 1}));
@@ -50,7 +44,7 @@ TEST_CASE("a forged sandbox/mode append throws InvariantViolation and writes not
   const auto path = dir / "s.jsonl";
   auto log = SessionLog::create(path, {"forge", {}, 1});
   dsh::set_sandbox_mode(log, SandboxMode::workspace_write);
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
 
   const auto refused = [&](const nlohmann::json& data, std::string_view text) {
     try {
@@ -59,7 +53,7 @@ TEST_CASE("a forged sandbox/mode append throws InvariantViolation and writes not
     } catch (const dsh::InvariantViolation& violation) {
       CHECK(std::string(violation.what()) == text);
     }
-    CHECK(read_bytes(path) == before);
+    CHECK(read_file(path) == before);
     CHECK(log.next_seq() == 1);
     CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
   };
@@ -74,7 +68,7 @@ TEST_CASE("append refuses a type without '/' and data that is not UTF-8, writing
   const TempDir dir;
   const auto path = dir / "s.jsonl";
   auto log = SessionLog::create(path, {"types", {}, 1});
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
 
   const dsh::LogError packed = log_error_from([&] { log.append("text-chunks", {{"dt", {1}}}); });
   CHECK(std::string(packed.what()) ==
@@ -88,7 +82,7 @@ TEST_CASE("append refuses a type without '/' and data that is not UTF-8, writing
   CHECK(std::string(utf8.what()).starts_with(log_message(path, 0, "cannot write the event data: ")));
   CHECK_THROWS_AS(log.append("bad\xFF/type", {}), dsh::LogError);
 
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
   CHECK(log.next_seq() == 0);
   CHECK(log.append("turn/start", {}) == 0);
 }
@@ -100,7 +94,7 @@ TEST_CASE("a short write is rolled back to the previous length, and the next app
     auto log = SessionLog::create(path, {"rollback", {}, 1});
     dsh::set_sandbox_mode(log, SandboxMode::workspace_write);
   }
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
 
   // The child may grow the file by only 10 bytes: its append writes 10 bytes of the line, and
   // must cut them off again and throw.
@@ -130,7 +124,7 @@ TEST_CASE("a short write is rolled back to the previous length, and the next app
                                    " bytes were written; the file was rolled "
                                    "back to " +
                                    std::to_string(before.size()) + " bytes"));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
 
   auto log = SessionLog::open(path);
   CHECK_FALSE(log.tail_repair());
@@ -144,17 +138,17 @@ TEST_CASE("envelope members are written after data; a bad envelope writes nothin
   const TempDir dir;
   const auto path = dir / "s.jsonl";
   auto log = SessionLog::create(path, {"envelope", {}, 1});
-  const std::string header = read_bytes(path);
+  const std::string header = read_file(path);
 
   CHECK(log.append("user/message", {{"role", "user"}}, {{"surfaceOp", "append"}}) == 0);
-  const std::string line = read_bytes(path).substr(header.size());
+  const std::string line = read_file(path).substr(header.size());
   const auto parsed = nlohmann::json::parse(line);
   CHECK(line.starts_with(R"({"type":"user/message","seq":0,"time":)"));
   CHECK(line.ends_with(R"(,"data":{"role":"user"},"surfaceOp":"append"})"
                        "\n"));
   CHECK(parsed.size() == 5);
 
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, {{"seq", 9}}), dsh::ConfigError);
   CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, nlohmann::json::array()), dsh::ConfigError);
   // What is stored is refused when it is not UTF-8: envelope keys as well as values.
@@ -162,6 +156,6 @@ TEST_CASE("envelope members are written after data; a bad envelope writes nothin
   CHECK(std::string(key.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
   const dsh::LogError value = log_error_from([&] { log.append("user/message", {}, {{"note", "caf\xE9"}}); });
   CHECK(std::string(value.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
   CHECK(log.next_seq() == 1);
 }

@@ -5,17 +5,11 @@
 #include <sys/stat.h>
 
 using dsh::SessionLog;
-using dsh::test::log_message;
-using dsh::test::open_error;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
-const std::string HEADER =
-    R"({"type":"session","version":0,"id":"bad","createdAt":1764480000000,"cwd":"/srv/bad","delegationDepth":0})"
-    "\n";
+const std::string HEADER = header_line("bad", 1764480000000, R"("/srv/bad")");
 
 std::string mode_event(int seq, std::string_view mode_json) {
   return R"({"type":"sandbox/mode","seq":)" + std::to_string(seq) + R"(,"time":1764480000001,"data":{"mode":)" +
@@ -30,12 +24,12 @@ std::string turn_end(int seq) {
 void check_refused(std::string_view content, std::size_t line, std::string_view what) {
   const TempDir dir;
   const auto path = dir / "session.jsonl";
-  write_bytes(path, content);
+  write_file(path, content);
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == line);
   CHECK(error.path() == path);
   CHECK(std::string(error.what()) == log_message(path, line, what));
-  CHECK(read_bytes(path) == content);
+  CHECK(read_file(path) == content);
 }
 
 } // namespace
@@ -211,8 +205,8 @@ TEST_CASE("nesting deeper than 512 levels is refused") {
   {
     const TempDir dir;
     const auto path = dir / "ok.jsonl";
-    write_bytes(path,
-                HEADER + R"({"type":"x/y","seq":0,"data":)" + std::string(511, '[') + std::string(511, ']') + "}\n");
+    write_file(path,
+               HEADER + R"({"type":"x/y","seq":0,"data":)" + std::string(511, '[') + std::string(511, ']') + "}\n");
     CHECK(SessionLog::open(path).events().size() == 1);
   }
   check_refused(HEADER + R"({"type":"x/y","seq":0,"data":)" + deep + "}\n", 2,

@@ -10,9 +10,7 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::Child;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
+using namespace dsh::test;
 
 namespace {
 
@@ -37,7 +35,7 @@ void check_all_there(const std::filesystem::path& path, std::size_t writers, std
   for (const auto& [writer, count] : next_index) {
     CHECK(count == per_writer);
   }
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   CHECK(static_cast<std::size_t>(std::count(bytes.begin(), bytes.end(), '\n')) == 1 + log.events().size());
 }
 

@@ -10,9 +10,7 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::Child;
-using dsh::test::TempDir;
-using dsh::test::write_all;
+using namespace dsh::test;
 
 namespace {
 

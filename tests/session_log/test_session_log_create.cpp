@@ -5,6 +5,7 @@
 // with a seccomp filter (the kernel answers the call with the error such a kernel gives) and a
 // private mount namespace without /proc: the linkat through /proc/self/fd, and the staging-name
 // fallback, which is used only where no other user can rename the staging name.
+#include "support/seccomp.hpp"
 #include "support/session_log.hpp"
 
 #include <algorithm>
@@ -28,18 +29,9 @@
 using dsh::SandboxMode;
 using dsh::SessionLog;
 using dsh::SessionLogOptions;
-using dsh::test::Child;
-using dsh::test::header_line;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::make_directory;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
+using namespace dsh::test;
 
 namespace {
-
-const SessionLogOptions shared{.allow_shared_directories = true};
 
 /// The names in `directory`, sorted.
 std::set<std::string> entries(const std::filesystem::path& directory) {
@@ -54,13 +46,10 @@ std::set<std::string> entries(const std::filesystem::path& directory) {
 /// bit of `mask` set with `error` (as a kernel or filesystem without that feature fails it), for
 /// the rest of the process's life. Returns false if the filter cannot be installed.
 bool fail_calls(std::uint32_t number, std::uint32_t argument, std::uint32_t mask, int error) {
-#if defined(__x86_64__)
-  constexpr std::uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-  constexpr std::uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-  return false;
-#endif
+  constexpr std::uint32_t arch = dsh::test::native_audit_arch;
+  if (arch == 0) {
+    return false;
+  }
   // The argument's low 32 bits: the flags of openat and linkat fit in them.
   constexpr std::uint32_t high_first = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__ ? 4 : 0;
   const auto low_word =
@@ -103,7 +92,7 @@ std::string in_child(const std::function<int(int)>& body) {
 int create_and_report(int report, const std::filesystem::path& path, const SessionLogOptions& options) {
   try {
     auto log = SessionLog::create(path, {"mine", {}, 2}, options);
-    write_all(report, "created " + read_bytes(path));
+    write_all(report, "created " + read_file(path));
   } catch (const dsh::LogError& error) {
     write_all(report, error.what());
   }
@@ -176,11 +165,11 @@ struct SharedDirectory {
     REQUIRE(::chmod(base.path().c_str(), 0755) == 0);
     make_directory(dir, mode);
     {
-      auto other = SessionLog::create(forged, {"other", {}, 1}, shared);
+      auto other = SessionLog::create(forged, {"other", {}, 1}, shared_directories);
       dsh::set_sandbox_mode(other, SandboxMode::danger_full_access);
     }
     REQUIRE(::chown(forged.c_str(), forger, forger) == 0);
-    forged_bytes = read_bytes(forged);
+    forged_bytes = read_file(forged);
   }
 };
 
@@ -191,16 +180,16 @@ TEST_CASE("a forged log renamed over whatever the new file is called before the 
   const auto path = shared_dir.dir / "s.jsonl";
   {
     const Attack attack(shared_dir.dir, shared_dir.forged, false);
-    auto log = SessionLog::create(path, {"mine", {}, 2}, shared);
+    auto log = SessionLog::create(path, {"mine", {}, 2}, shared_directories);
     CHECK(attack_report == "no other entry\n"); // the new file had no name to rename over
     CHECK(log.append("tool/call", {{"n", 0}}) == 0);
   }
-  const auto reopened = SessionLog::open(path, shared);
+  const auto reopened = SessionLog::open(path, shared_directories);
   CHECK(reopened.header().id == "mine");
   CHECK_FALSE(reopened.sandbox_mode_override());
   CHECK(reopened.next_seq() == 1);
-  CHECK(read_bytes(path).starts_with(header_line("mine", 2)));
-  CHECK(read_bytes(shared_dir.forged) == shared_dir.forged_bytes);
+  CHECK(read_file(path).starts_with(header_line("mine", 2)));
+  CHECK(read_file(shared_dir.forged) == shared_dir.forged_bytes);
   CHECK(entries(shared_dir.dir) == std::set<std::string>{"other.jsonl", "s.jsonl"});
   struct stat status {};
   REQUIRE(::stat(path.c_str(), &status) == 0);
@@ -216,14 +205,14 @@ TEST_CASE("a forged log planted at the name before the link makes create fail, h
   {
     const Attack attack(shared_dir.dir, shared_dir.forged, true);
     const dsh::LogError error = log_error_from([&] {
-      static_cast<void>(SessionLog::create(path, {"mine", {}, 2}, shared));
+      static_cast<void>(SessionLog::create(path, {"mine", {}, 2}, shared_directories));
     });
     CHECK(attack_report == "planted at the name\n");
     CHECK(std::string(error.what()) == log_message(path, 0, "cannot create: the file exists"));
     CHECK(error.code() == std::error_code(EEXIST, std::generic_category()));
   }
   CHECK(entries(shared_dir.dir) == std::set<std::string>{"s.jsonl"}); // the attacker's own rename, nothing of ours
-  CHECK(read_bytes(path) == shared_dir.forged_bytes);
+  CHECK(read_file(path) == shared_dir.forged_bytes);
 }
 
 TEST_CASE("without O_TMPFILE, create writes under a staging name where no other user can rename it") {
@@ -252,7 +241,7 @@ TEST_CASE("without O_TMPFILE, create refuses a directory others may rename in, e
     if (!without_tmpfile(EOPNOTSUPP)) {
       return 2;
     }
-    return create_and_report(out, path, shared);
+    return create_and_report(out, path, shared_directories);
   });
   CHECK(report == log_message(path, 0,
                               "cannot create: the filesystem cannot make an unnamed file (O_TMPFILE): Operation not "
@@ -264,7 +253,7 @@ TEST_CASE("without O_TMPFILE, create refuses a directory others may rename in, e
 }
 
 TEST_CASE("without O_TMPFILE, the sticky bit keeps another user from renaming a forged log over the staging name") {
-  const SharedDirectory shared_dir(01777, dsh::test::nobody_uid); // the forgery is the attacker's own file
+  const SharedDirectory shared_dir(01777, dsh::test::nobody); // the forgery is the attacker's own file
   const auto path = shared_dir.dir / "s.jsonl";
   const std::string report = in_child([&](int out) {
     if (!without_tmpfile(EOPNOTSUPP)) {
@@ -282,7 +271,7 @@ TEST_CASE("without O_TMPFILE, the sticky bit keeps another user from renaming a 
   CHECK(report.ends_with(": Operation not permitted\n"));
   CHECK(std::count(report.begin(), report.end(), '\n') == 3); // the header's, the separator, one attempt
   CHECK(entries(shared_dir.dir) == std::set<std::string>{"other.jsonl", "s.jsonl"});
-  CHECK(read_bytes(shared_dir.forged) == shared_dir.forged_bytes);
+  CHECK(read_file(shared_dir.forged) == shared_dir.forged_bytes);
 }
 
 TEST_CASE("where linkat with AT_EMPTY_PATH is refused, the new file is linked through /proc/self/fd") {

@@ -15,16 +15,9 @@
 using dsh::SandboxMode;
 using dsh::SessionLog;
 using dsh::SessionLogOptions;
-using dsh::test::Child;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::make_directory;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
+using namespace dsh::test;
 
 namespace {
-
-const SessionLogOptions shared{.allow_shared_directories = true};
 
 /// The refusal of a log at `log` whose directory `dir` (mode, owner, group) others may change in
 /// the way `what` says.
@@ -51,7 +44,7 @@ struct Base {
 std::string make_log(const std::filesystem::path& path) {
   auto log = SessionLog::create(path, {"dirs", {}, 1});
   log.append("tool/call", {{"n", 0}});
-  return read_bytes(path);
+  return read_file(path);
 }
 
 /// Checks that the directory `dir` (made trusted, then given `mode`, `uid` and `gid`) makes open
@@ -66,18 +59,18 @@ void check_refused(const std::filesystem::path& dir, ::mode_t mode, std::string_
   const std::string expected = refusal(path, dir, mode_text, uid, gid, what);
 
   CHECK(std::string(log_error_from([&] { static_cast<void>(SessionLog::open(path)); }).what()) == expected);
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
   const auto fresh = dir / "t.jsonl";
   CHECK(std::string(log_error_from([&] {
                       static_cast<void>(SessionLog::create(fresh, {"t", {}, 2}));
                     }).what()) == refusal(fresh, dir, mode_text, uid, gid, what));
   CHECK_FALSE(std::filesystem::exists(fresh));
 
-  auto opened = SessionLog::open(path, shared);
+  auto opened = SessionLog::open(path, shared_directories);
   CHECK(opened.append("tool/call", {{"n", 1}}) == 1);
-  auto created = SessionLog::create(fresh, {"t", {}, 2}, shared);
+  auto created = SessionLog::create(fresh, {"t", {}, 2}, shared_directories);
   CHECK(created.append("tool/call", {{"n", 0}}) == 0);
-  CHECK(SessionLog::open(fresh, shared).next_seq() == 1);
+  CHECK(SessionLog::open(fresh, shared_directories).next_seq() == 1);
 }
 
 } // namespace
@@ -143,8 +136,8 @@ TEST_CASE("a symbolic link on the way whose target lies in a world-writable dire
                       static_cast<void>(SessionLog::create(trusted / "logs" / "t.jsonl", {"t", {}, 2}));
                     }).what()) == refusal(trusted / "logs" / "t.jsonl", open, "0777", 0, 0, no_sticky));
   CHECK_FALSE(std::filesystem::exists(open / "logs" / "t.jsonl"));
-  CHECK(read_bytes(through) == before);
-  CHECK(SessionLog::open(through, shared).next_seq() == 1);
+  CHECK(read_file(through) == before);
+  CHECK(SessionLog::open(through, shared_directories).next_seq() == 1);
 
   // A link at the log's name, followed: its target's directory is read.
   std::filesystem::create_symlink(open / "real.jsonl", trusted / "s.jsonl");
@@ -173,12 +166,12 @@ TEST_CASE("a DSH session store in a world-writable directory is refused before t
     auto log = SessionLog::create(path, {"s1", {}, 1});
     log.append("tool/call", {{"n", 0}});
   }
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   REQUIRE(::chmod((root / "_no-cwd").c_str(), 0777) == 0);
   const dsh::DshStoredSession stored = dsh::locate_dsh_session(root, "s1");
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==
         refusal(path, root / "_no-cwd", "0777", 0, 0, no_sticky));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
 }
 
 TEST_CASE("another user renaming the host's danger-full-access log over a read-only one is refused at the next open") {
@@ -188,13 +181,13 @@ TEST_CASE("another user renaming the host's danger-full-access log over a read-o
   const auto mine = logs / "mine.jsonl";
   const auto other = logs / "other.jsonl";
   {
-    auto log = SessionLog::create(mine, {"mine", {}, 1}, shared);
+    auto log = SessionLog::create(mine, {"mine", {}, 1}, shared_directories);
     dsh::set_sandbox_mode(log, SandboxMode::read_only);
-    auto log2 = SessionLog::create(other, {"other", {}, 2}, shared);
+    auto log2 = SessionLog::create(other, {"other", {}, 2}, shared_directories);
     dsh::set_sandbox_mode(log2, SandboxMode::danger_full_access);
   }
-  const std::string forged = read_bytes(other);
-  REQUIRE(SessionLog::open(mine, shared).sandbox_mode_override() == SandboxMode::read_only);
+  const std::string forged = read_file(other);
+  REQUIRE(SessionLog::open(mine, shared_directories).sandbox_mode_override() == SandboxMode::read_only);
 
   // The other user: nothing about either file is theirs, but the directory lets them rename.
   Child attacker([&](int) {
@@ -204,7 +197,7 @@ TEST_CASE("another user renaming the host's danger-full-access log over a read-o
     return ::rename(other.c_str(), mine.c_str()) == 0 ? 0 : 3;
   });
   REQUIRE(attacker.exit_code() == 0);
-  REQUIRE(read_bytes(mine) == forged);
+  REQUIRE(read_file(mine) == forged);
   struct stat status {};
   REQUIRE(::stat(mine.c_str(), &status) == 0);
   CHECK(status.st_uid == 0); // the file's own owner and mode checks would pass
@@ -213,5 +206,5 @@ TEST_CASE("another user renaming the host's danger-full-access log over a read-o
   CHECK(std::string(log_error_from([&] { static_cast<void>(SessionLog::open(mine)); }).what()) ==
         refusal(mine, logs, "0777", 0, 0, no_sticky));
   // The control: a host that opted in would resume this session in danger-full-access.
-  CHECK(SessionLog::open(mine, shared).sandbox_mode_override() == SandboxMode::danger_full_access);
+  CHECK(SessionLog::open(mine, shared_directories).sandbox_mode_override() == SandboxMode::danger_full_access);
 }

@@ -4,12 +4,7 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::copy_fixture;
-using dsh::test::fixture;
-using dsh::test::log_message;
-using dsh::test::open_error;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
+using namespace dsh::test;
 
 TEST_CASE("basic.jsonl opens with 8 events, a delegated danger-full-access switch and its cwd") {
   const TempDir dir;
@@ -30,7 +25,7 @@ TEST_CASE("basic.jsonl opens with 8 events, a delegated danger-full-access switc
   CHECK(log.events()[7]["data"]["content"][0]["text"] == "Rename \"util.hpp\" \u2014 carefully.");
   CHECK(log.next_seq() == 8);
   CHECK_FALSE(log.tail_repair());
-  CHECK(read_bytes(path) == read_bytes(fixture("basic.jsonl")));
+  CHECK(read_file(path) == read_file(fixture("basic.jsonl")));
 }
 
 TEST_CASE("no-switch.jsonl opens with 2 events, no override, and resolves to the deployment default and root") {
@@ -53,7 +48,7 @@ TEST_CASE("no-switch.jsonl opens with 2 events, no override, and resolves to the
   CHECK(policy.mode_source == dsh::ModeSource::deployment);
   CHECK(policy.root_source == dsh::RootSource::deployment);
   CHECK(policy.workspace_root == dsh::canonical_path(dir.path()));
-  CHECK(read_bytes(path) == read_bytes(fixture("no-switch.jsonl")));
+  CHECK(read_file(path) == read_file(fixture("no-switch.jsonl")));
 }
 
 TEST_CASE("packed-rows.jsonl counts the packed rows' seqs and the next append gets seq 10") {
@@ -91,13 +86,13 @@ TEST_CASE("forged-mode.jsonl is refused at line 3 and left unchanged") {
   CHECK(std::string(error.what()) == log_message(path, 3, R"(sandbox/mode carries unknown mode "root-shell")"));
   CHECK(std::string(error.what()) ==
         "session log \"" + path.string() + R"(" line 3: sandbox/mode carries unknown mode "root-shell")");
-  CHECK(read_bytes(path) == read_bytes(fixture("forged-mode.jsonl")));
+  CHECK(read_file(path) == read_file(fixture("forged-mode.jsonl")));
 }
 
 TEST_CASE("torn-tail.jsonl opens after cutting its torn last line, and reports the repair") {
   const TempDir dir;
   const auto path = copy_fixture(dir, "torn-tail.jsonl");
-  const std::string original = read_bytes(fixture("torn-tail.jsonl"));
+  const std::string original = read_file(fixture("torn-tail.jsonl"));
   const std::size_t kept = original.find('\n', original.find('\n') + 1) + 1; // header and one event
   {
     const auto log = SessionLog::open(path);
@@ -106,7 +101,7 @@ TEST_CASE("torn-tail.jsonl opens after cutting its torn last line, and reports t
     REQUIRE(log.tail_repair());
     CHECK(*log.tail_repair() == dsh::TailRepair{3, kept, original.size() - kept});
   }
-  CHECK(read_bytes(path) == original.substr(0, kept));
+  CHECK(read_file(path) == original.substr(0, kept));
   const auto reopened = SessionLog::open(path);
   CHECK_FALSE(reopened.tail_repair());
   CHECK(reopened.events().size() == 1);
@@ -118,7 +113,7 @@ TEST_CASE("corrupt-middle.jsonl is refused at line 3 (not JSON, not the last lin
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == 3);
   CHECK(std::string(error.what()) == log_message(path, 3, "not valid JSON at column 76: unterminated string"));
-  CHECK(read_bytes(path) == read_bytes(fixture("corrupt-middle.jsonl")));
+  CHECK(read_file(path) == read_file(fixture("corrupt-middle.jsonl")));
 }
 
 TEST_CASE("seq-gap.jsonl is refused at line 3 (seq 2 where 1 was expected) and left unchanged") {
@@ -127,5 +122,5 @@ TEST_CASE("seq-gap.jsonl is refused at line 3 (seq 2 where 1 was expected) and l
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == 3);
   CHECK(std::string(error.what()) == log_message(path, 3, "seq 2 where 1 was expected"));
-  CHECK(read_bytes(path) == read_bytes(fixture("seq-gap.jsonl")));
+  CHECK(read_file(path) == read_file(fixture("seq-gap.jsonl")));
 }

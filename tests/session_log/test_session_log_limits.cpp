@@ -7,12 +7,7 @@
 #include <sys/resource.h>
 
 using dsh::SessionLog;
-using dsh::test::Child;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
+using namespace dsh::test;
 
 namespace {
 
@@ -34,7 +29,7 @@ TEST_CASE("append refuses data nested deeper than a row may be, and writes nothi
   const auto path = dir / "s.jsonl";
   auto log = SessionLog::create(path, {"deep", {}, 1});
   CHECK(log.append("tool/call", nested(511)) == 0);
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   const std::string expected =
       log_message(path, 0, "cannot append an event nested deeper than 512 levels (no log may hold one)");
   CHECK(std::string(log_error_from([&] { log.append("tool/call", nested(512)); }).what()) == expected);
@@ -43,7 +38,7 @@ TEST_CASE("append refuses data nested deeper than a row may be, and writes nothi
   CHECK(std::string(log_error_from([&] {
                       log.append("tool/call", {}, nlohmann::json{{"extra", nested(512)}});
                     }).what()) == expected);
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
   const SessionLog reopened = SessionLog::open(path);
   CHECK(reopened.next_seq() == 1);
   CHECK(reopened.events()[0].at("data") == nested(511));
@@ -77,7 +72,7 @@ TEST_CASE("a file-size limit reached exactly fails the write with EFBIG when SIG
     auto log = SessionLog::create(path, {"fsize", {}, 1});
     log.append("tool/call", {{"n", 0}});
   }
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   Child child([&](int report) {
     auto log = SessionLog::open(path);
     std::signal(SIGXFSZ, SIG_IGN);
@@ -98,6 +93,6 @@ TEST_CASE("a file-size limit reached exactly fails the write with EFBIG when SIG
   CHECK(message == log_message(path, 0,
                                "cannot write: File too large; the file was rolled back to " +
                                    std::to_string(before.size()) + " bytes"));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
   CHECK(SessionLog::open(path).next_seq() == 1);
 }

@@ -55,11 +55,7 @@ void operator delete(void* block, std::size_t /*size*/) noexcept { std::free(blo
 void operator delete[](void* block, std::size_t /*size*/) noexcept { std::free(block); }
 
 using dsh::SessionLog;
-using dsh::test::Child;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -159,14 +155,14 @@ TEST_CASE("out of memory at any allocation of open: success or std::bad_alloc, t
   const TempDir dir;
   const auto path = dir / "s.jsonl";
   const std::string bytes = sample_log();
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   const Outcomes outcomes = every_position(
       [] { return 0; },
       [&](int /*unused*/) -> std::uint64_t {
         const SessionLog log = SessionLog::open(path);
         return log.next_seq();
       },
-      [&](const Report& report) { return read_bytes(path) == bytes && (report.outcome != 'S' || report.seq == 8); });
+      [&](const Report& report) { return read_file(path) == bytes && (report.outcome != 'S' || report.seq == 8); });
   std::cout << "open: " << outcomes.positions << " positions, " << outcomes.bad_allocs << " std::bad_alloc, "
             << outcomes.successes << " successes, " << outcomes.aborts << " aborts, " << outcomes.other << " other\n";
   CHECK(outcomes.positions > 50);
@@ -180,7 +176,7 @@ TEST_CASE("out of memory at any allocation of append: the event on disk under it
   const auto path = dir / "s.jsonl";
   const std::string bytes = sample_log();
   for (const bool mode_event : {false, true}) {
-    write_bytes(path, bytes);
+    write_file(path, bytes);
     struct Prepared {
       SessionLog log;
       nlohmann::json data;
@@ -197,7 +193,7 @@ TEST_CASE("out of memory at any allocation of append: the event on disk under it
                                      prepared.envelope);
         },
         [&](const Report& report) {
-          const std::string now = read_bytes(path);
+          const std::string now = read_file(path);
           if (report.outcome != 'S') {
             return now == bytes;
           }
@@ -209,7 +205,7 @@ TEST_CASE("out of memory at any allocation of append: the event on disk under it
           const bool durable = reopened.next_seq() == 9 &&
                                reopened.sandbox_mode_override() ==
                                    (mode_event ? dsh::SandboxMode::danger_full_access : dsh::SandboxMode::read_only);
-          write_bytes(path, bytes);
+          write_file(path, bytes);
           return written && durable;
         });
     std::cout << (mode_event ? "append sandbox/mode: " : "append tool/run: ") << outcomes.positions << " positions, "
@@ -235,7 +231,7 @@ TEST_CASE("sticky out of memory from any allocation of open and appends: no abor
   long lost = 0;
   long outcomes[3] = {0, 0, 0}; // success, std::bad_alloc, LogError
   for (long n = 1;; ++n) {
-    write_bytes(path, bytes);
+    write_file(path, bytes);
     Child child([&](int out) {
       std::array<std::uint64_t, 3> acknowledged{};
       std::size_t count = 0;
@@ -295,7 +291,7 @@ TEST_CASE("sticky out of memory from any allocation of open and appends: no abor
       const std::size_t next = text.find(' ', from + 1);
       const std::uint64_t seq = std::stoull(text.substr(from + 1, next - from - 1));
       const std::string expected_prefix = "{\"type\":\"" + types[index] + "\",\"seq\":" + std::to_string(seq) + ",";
-      if (read_bytes(path).find(expected_prefix) == std::string::npos || seq != 8 + index) {
+      if (read_file(path).find(expected_prefix) == std::string::npos || seq != 8 + index) {
         ++lost;
       }
       ++index;

@@ -7,11 +7,7 @@
 #include <fcntl.h>
 
 using dsh::SessionLog;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -65,30 +61,37 @@ std::vector<std::pair<std::uint64_t, std::int64_t>> rows(const std::filesystem::
 
 using Rows = std::vector<std::pair<std::uint64_t, std::int64_t>>;
 
+/// Creates the log "s" at `path` with two tool calls, n 0 and n 1.
+SessionLog log_with_two_calls(const std::filesystem::path& path) {
+  auto log = SessionLog::create(path, {"s", {}, 1});
+  log.append("tool/call", {{"n", 0}});
+  log.append("tool/call", {{"n", 1}});
+  return log;
+}
+
+/// The message of the LogError that appending the call n 99 to `log` throws.
+std::string append_error(SessionLog& log) {
+  return log_error_from([&] { log.append("tool/call", {{"n", 99}}); }).what();
+}
+
 } // namespace
 
 TEST_CASE("an unlinked log refuses to append; a new log at the name starts its own seqs") {
   const TempDir dir;
   const auto path = dir / "s.jsonl";
-  auto first = SessionLog::create(path, {"s", {}, 1});
-  first.append("tool/call", {{"n", 0}});
-  first.append("tool/call", {{"n", 1}});
+  auto first = log_with_two_calls(path);
   const Watch orphan(path);
   const std::string before = orphan.bytes();
   REQUIRE(::unlink(path.c_str()) == 0);
 
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "it was unlinked"));
+  CHECK(append_error(first) == lost_message(path, "it was unlinked"));
   CHECK(orphan.bytes() == before);
   CHECK(first.next_seq() == 2);
 
   auto second = SessionLog::create(path, {"s2", {}, 2});
   CHECK(second.append("tool/call", {{"n", 10}}) == 0);
   // Once lost, always refused (the message says what happened, now with a new file there).
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "it was unlinked"));
+  CHECK(append_error(first) == lost_message(path, "it was unlinked"));
   CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) == lost_message(path, "it was unlinked"));
   CHECK(orphan.bytes() == before);
   CHECK(rows(path) == Rows{{0, 10}});
@@ -97,24 +100,18 @@ TEST_CASE("an unlinked log refuses to append; a new log at the name starts its o
 TEST_CASE("a log replaced by rename refuses to append; the log at the name keeps contiguous seqs") {
   const TempDir dir;
   const auto path = dir / "s.jsonl";
-  auto first = SessionLog::create(path, {"s", {}, 1});
-  first.append("tool/call", {{"n", 0}});
-  first.append("tool/call", {{"n", 1}});
+  auto first = log_with_two_calls(path);
   const Watch orphan(path);
   const std::string before = orphan.bytes();
   // The replacement is a byte-for-byte copy (an editor's save, say): appending to the old
   // file would give two different events seq 2.
-  write_bytes(dir / "copy", before);
+  write_file(dir / "copy", before);
   std::filesystem::rename(dir / "copy", path);
 
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "it was unlinked, and another file was put at its name"));
+  CHECK(append_error(first) == lost_message(path, "it was unlinked, and another file was put at its name"));
   auto second = SessionLog::open(path);
   CHECK(second.append("tool/call", {{"n", 2}}) == 2);
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "it was unlinked, and another file was put at its name"));
+  CHECK(append_error(first) == lost_message(path, "it was unlinked, and another file was put at its name"));
   CHECK(orphan.bytes() == before);
   CHECK(rows(path) == Rows{{0, 0}, {1, 1}, {2, 2}});
 }
@@ -124,7 +121,7 @@ TEST_CASE("a log still linked elsewhere but replaced at its name refuses to appe
   const auto path = dir / "s.jsonl";
   auto first = SessionLog::create(path, {"s", {}, 1});
   first.append("tool/call", {{"n", 0}});
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   std::filesystem::rename(path, dir / "kept");
   CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) ==
         lost_message(path, "it was moved away from its name"));
@@ -132,10 +129,8 @@ TEST_CASE("a log still linked elsewhere but replaced at its name refuses to appe
   // A different log now at the name: the first log's file still has a name, but not this one.
   auto second = SessionLog::create(path, {"s2", {}, 2});
   CHECK(second.append("tool/call", {{"n", 5}}) == 0);
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "it was moved away from its name"));
-  CHECK(read_bytes(dir / "kept") == before);
+  CHECK(append_error(first) == lost_message(path, "it was moved away from its name"));
+  CHECK(read_file(dir / "kept") == before);
   CHECK(rows(path) == Rows{{0, 5}});
 }
 
@@ -145,14 +140,12 @@ TEST_CASE("a log whose file another file replaced while it stays linked elsewher
   auto first = SessionLog::create(path, {"s", {}, 1});
   first.append("tool/call", {{"n", 0}});
   REQUIRE(::link(path.c_str(), (dir / "kept").c_str()) == 0);
-  const std::string before = read_bytes(path);
-  write_bytes(dir / "copy", before);
+  const std::string before = read_file(path);
+  write_file(dir / "copy", before);
   std::filesystem::rename(dir / "copy", path);
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "another file was put at its name"));
-  CHECK(read_bytes(dir / "kept") == before);
-  CHECK(read_bytes(path) == before);
+  CHECK(append_error(first) == lost_message(path, "another file was put at its name"));
+  CHECK(read_file(dir / "kept") == before);
+  CHECK(read_file(path) == before);
 }
 
 TEST_CASE("a log whose directory was removed refuses to append; a new log there starts its own seqs") {
@@ -166,17 +159,13 @@ TEST_CASE("a log whose directory was removed refuses to append; a new log there 
   const std::string before = orphan.bytes();
   std::filesystem::remove_all(sub);
 
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "its directory was removed"));
+  CHECK(append_error(first) == lost_message(path, "its directory was removed"));
   CHECK(orphan.bytes() == before);
 
   std::filesystem::create_directory(sub);
   auto second = SessionLog::create(path, {"s2", {}, 2});
   CHECK(second.append("tool/call", {{"n", 7}}) == 0);
-  CHECK(std::string(log_error_from([&] {
-                      first.append("tool/call", {{"n", 99}});
-                    }).what()) == lost_message(path, "its directory was removed"));
+  CHECK(append_error(first) == lost_message(path, "its directory was removed"));
   CHECK(orphan.bytes() == before);
   CHECK(rows(path) == Rows{{0, 7}});
 }

@@ -26,12 +26,7 @@ using dsh::SandboxMode;
 using dsh::SESSION_LOG_RESERVE_BYTES;
 using dsh::SessionLog;
 using dsh::SessionLogOptions;
-using dsh::test::Child;
-using dsh::test::log_message;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -88,7 +83,7 @@ int fill_and_switch(int out, const std::filesystem::path& mount_point, DshLogEnc
   std::ostringstream facts;
   auto log = SessionLog::create(path, {"full", {}, 1}, SessionLogOptions{.encoding = encoding});
   log.append("tool/call", {{"n", 0}});
-  std::string sizes = std::to_string(read_bytes(path).size());
+  std::string sizes = std::to_string(read_file(path).size());
   facts << "reserved " << log.reserved_bytes() << "\n";
 
   const int filler = ::open((mount_point / "filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
@@ -101,7 +96,7 @@ int fill_and_switch(int out, const std::filesystem::path& mount_point, DshLogEnc
   ::close(filler);
   facts << "filled: " << std::generic_category().message(error) << "\n";
 
-  const std::string before = read_bytes(path);
+  const std::string before = read_file(path);
   try {
     log.append("tool/output", {{"text", incompressible(20000)}});
     facts << "the ordinary append was written\n";
@@ -110,13 +105,13 @@ int fill_and_switch(int out, const std::filesystem::path& mount_point, DshLogEnc
     facts << "code: " << (refused.code() == std::errc::no_space_on_device ? "ENOSPC" : refused.code().message())
           << "\n";
   }
-  facts << (read_bytes(path) == before ? "unchanged" : "changed") << ", size "
+  facts << (read_file(path) == before ? "unchanged" : "changed") << ", size "
         << (static_cast<std::uint64_t>(status_of(path).st_size) == before.size() ? "unchanged" : "changed") << "\n";
   int written = 0;
   try {
     for (; written < switches_on_full; ++written) {
       switch_to(log, written % 2 == 0 ? SandboxMode::workspace_write : SandboxMode::read_only);
-      sizes += " " + std::to_string(read_bytes(path).size());
+      sizes += " " + std::to_string(read_file(path).size());
     }
   } catch (const dsh::LogError& refused) {
     facts << "switch refused: " << refused.what() << "\n";
@@ -131,8 +126,8 @@ int fill_and_switch(int out, const std::filesystem::path& mount_point, DshLogEnc
   facts << "third switch at seq " << switch_to(reopened, SandboxMode::read_only) << "\n";
   facts << "reopened again: " << dsh::to_string(SessionLog::open(path).sandbox_mode_override().value()) << "\n";
   facts << "logical size: "
-        << (static_cast<std::uint64_t>(status_of(path).st_size) == read_bytes(path).size() ? "yes" : "no") << "\n";
-  write_bytes(copy, read_bytes(path));
+        << (static_cast<std::uint64_t>(status_of(path).st_size) == read_file(path).size() ? "yes" : "no") << "\n";
+  write_file(copy, read_file(path));
   write_all(out, sizes + "\n" + facts.str());
   return 0;
 }
@@ -199,7 +194,7 @@ TEST_CASE("a log keeps 64 KiB preallocated past its end, and the size stat repor
     const auto check_reserved = [&](const SessionLog& at) {
       CHECK(at.reserved_bytes() == SESSION_LOG_RESERVE_BYTES);
       const struct stat status = status_of(path);
-      CHECK(static_cast<std::uint64_t>(status.st_size) == read_bytes(path).size());
+      CHECK(static_cast<std::uint64_t>(status.st_size) == read_file(path).size());
       // Whole blocks hold the bytes, and the reserve lies beyond them.
       const auto block = static_cast<std::uint64_t>(status.st_blksize);
       CHECK(static_cast<std::uint64_t>(status.st_blocks) * 512 >=
@@ -225,19 +220,19 @@ TEST_CASE("a log keeps 64 KiB preallocated past its end, and the size stat repor
 TEST_CASE("a log copied without its reserve gets it back when it is opened, and after a torn tail is cut") {
   const TempDir dir;
   const auto path = dsh::test::copy_fixture(dir, "basic.jsonl");
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   const auto reopened = SessionLog::open(path);
   CHECK(reopened.reserved_bytes() == SESSION_LOG_RESERVE_BYTES);
   CHECK(static_cast<std::uint64_t>(status_of(path).st_blocks) * 512 >= bytes.size() + SESSION_LOG_RESERVE_BYTES);
-  CHECK(read_bytes(path) == bytes); // the reserve is room, not content
+  CHECK(read_file(path) == bytes); // the reserve is room, not content
 
   const auto torn = dir / "torn.jsonl";
-  write_bytes(torn, bytes + R"({"type":"tool/call","seq":8,"ti)");
+  write_file(torn, bytes + R"({"type":"tool/call","seq":8,"ti)");
   const auto repaired = SessionLog::open(torn);
   REQUIRE(repaired.tail_repair());
   CHECK(repaired.reserved_bytes() == SESSION_LOG_RESERVE_BYTES);
   CHECK(static_cast<std::uint64_t>(status_of(torn).st_blocks) * 512 >= bytes.size() + SESSION_LOG_RESERVE_BYTES);
-  CHECK(read_bytes(torn) == bytes);
+  CHECK(read_file(torn) == bytes);
 }
 
 TEST_CASE("on a full filesystem a switch is still written into the reserve, and an ordinary append fails cleanly") {

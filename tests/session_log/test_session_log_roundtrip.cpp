@@ -4,10 +4,7 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::header_line;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -26,7 +23,7 @@ TEST_CASE("a created log holds exactly its header line, durably named") {
   const auto path = dir / "s.jsonl";
   const dsh::SessionHeader header{"rt-1", "/srv/project \"x\"", 1764480000000};
   const auto log = SessionLog::create(path, header);
-  CHECK(read_bytes(path) == header_line("rt-1", 1764480000000, R"("/srv/project \"x\"")"));
+  CHECK(read_file(path) == header_line("rt-1", 1764480000000, R"("/srv/project \"x\"")"));
   CHECK(log.header() == header);
   CHECK(log.path() == path);
   CHECK(log.events().empty());
@@ -40,7 +37,7 @@ TEST_CASE("a header without cwd is written without the key and read back as abse
   const TempDir dir;
   const auto path = dir / "s.jsonl";
   static_cast<void>(SessionLog::create(path, {"no-cwd", std::nullopt, 7}));
-  CHECK(read_bytes(path) == header_line("no-cwd", 7));
+  CHECK(read_file(path) == header_line("no-cwd", 7));
   const auto log = SessionLog::open(path);
   CHECK(log.header() == dsh::SessionHeader{"no-cwd", std::nullopt, 7});
 }
@@ -54,7 +51,7 @@ TEST_CASE("appended lines use DSH's key order and the next seq and current time"
   CHECK(log.append("turn/end", {{"turn", 0}}) == 1);
   const std::int64_t after = dsh::detail::now_epoch_ms();
 
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   const std::string first = bytes.substr(header_line("order", 1).size());
   const auto time_of = [](const nlohmann::json& event) { return event["time"].get<std::int64_t>(); };
   const auto events = all_events(log);
@@ -118,7 +115,7 @@ TEST_CASE("header fields the library does not interpret are kept as they are") {
       R"({"type":"session","version":0,"id":"child","createdAt":5,"parentSession":"parent-1","seedLength":3,)"
       R"("delegationDepth":2,"cwd":"/srv/child"})"
       "\n";
-  write_bytes(path, header);
+  write_file(path, header);
   {
     auto log = SessionLog::open(path);
     CHECK(log.header() == dsh::SessionHeader{"child", "/srv/child", 5});
@@ -127,7 +124,7 @@ TEST_CASE("header fields the library does not interpret are kept as they are") {
     CHECK(log.header_json()["delegationDepth"] == 2);
     dsh::set_sandbox_mode(log, SandboxMode::read_only);
   }
-  const std::string bytes = read_bytes(path);
+  const std::string bytes = read_file(path);
   CHECK(bytes.substr(0, header.size()) == header);
   CHECK(SessionLog::open(path).sandbox_mode_override() == SandboxMode::read_only);
 }

@@ -9,17 +9,11 @@
 
 using dsh::SandboxMode;
 using dsh::SessionLog;
-using dsh::test::log_message;
-using dsh::test::open_error;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
-const std::string HEADER =
-    R"({"type":"session","version":0,"id":"lone","createdAt":1764480000000,"cwd":"/srv/lone","delegationDepth":0})"
-    "\n";
+const std::string HEADER = header_line("lone", 1764480000000, R"("/srv/lone")");
 const std::string FFFD = "\xEF\xBF\xBD";
 
 std::string row(int seq, std::string_view type, std::string_view data_json) {
@@ -30,7 +24,7 @@ std::string row(int seq, std::string_view type, std::string_view data_json) {
 /// Writes `content` to a fresh log in `dir` and returns its path.
 std::filesystem::path write_log(const TempDir& dir, std::string_view content) {
   const auto path = dir / "session.jsonl";
-  write_bytes(path, content);
+  write_file(path, content);
   return path;
 }
 
@@ -41,7 +35,7 @@ void check_refused(std::string_view content, std::size_t line, std::string_view 
   const dsh::LogError error = open_error(path);
   CHECK(error.line() == line);
   CHECK(std::string(error.what()) == log_message(path, line, what));
-  CHECK(read_bytes(path) == content);
+  CHECK(read_file(path) == content);
 }
 
 /// Opens `content` and returns the override; the bytes must stay unchanged and the fold agree.
@@ -49,7 +43,7 @@ std::optional<SandboxMode> mode_of(std::string_view content) {
   const TempDir dir;
   const auto path = write_log(dir, content);
   const SessionLog log = SessionLog::open(path);
-  CHECK(read_bytes(path) == content);
+  CHECK(read_file(path) == content);
   CHECK(dsh::effective_mode(log.events()) == log.sandbox_mode_override());
   return log.sandbox_mode_override();
 }
@@ -65,7 +59,7 @@ TEST_CASE("a log with an emoji split across two streamed chunks opens; events() 
                               row(5, R"("sandbox/mode")", R"({"mode":"workspace-write","note":"\udbff"})");
   const auto path = write_log(dir, content);
   SessionLog log = SessionLog::open(path);
-  CHECK(read_bytes(path) == content);
+  CHECK(read_file(path) == content);
   CHECK_FALSE(log.tail_repair().has_value());
   CHECK(log.next_seq() == 6);
   CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
@@ -95,7 +89,7 @@ TEST_CASE("a header with lone surrogates opens; its id and cwd hold U+FFFD") {
   const SessionLog log = SessionLog::open(path);
   CHECK(log.header().id == "a" + FFFD);
   CHECK(log.header().cwd == "/srv/" + FFFD + "x");
-  CHECK(read_bytes(path) == content);
+  CHECK(read_file(path) == content);
 }
 
 TEST_CASE("a lone surrogate never turns a forged mode into a valid one") {

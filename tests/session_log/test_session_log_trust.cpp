@@ -12,13 +12,7 @@
 
 using dsh::SessionLog;
 using dsh::SessionLogOptions;
-using dsh::test::Child;
-using dsh::test::log_error_from;
-using dsh::test::log_message;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_all;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 namespace {
 
@@ -27,7 +21,22 @@ std::string make_log(const std::filesystem::path& path) {
   auto log = SessionLog::create(path, {"trust", {}, 1});
   log.append("tool/call", {{"n", 0}});
   log.append("tool/call", {{"n", 1}});
-  return read_bytes(path);
+  return read_file(path);
+}
+
+/// A child that takes the file lock of the log at `path` through a description of its own,
+/// writes "L" once it holds it, and holds it until the test kills it (exit code 2 when it cannot).
+Child hold_lock_forever(const std::filesystem::path& path) {
+  return Child([path](int report) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
+      return 2;
+    }
+    write_all(report, "L");
+    for (;;) {
+      ::pause(); // until the test kills it
+    }
+  });
 }
 
 /// The number of entries in `directory`.
@@ -48,7 +57,7 @@ TEST_CASE("a symbolic link at the log's name is refused unless follow_symlink is
   CHECK(std::string(error.what()) == log_message(link, 0,
                                                  "cannot open: the name is a symbolic link, which is refused unless "
                                                  "SessionLogOptions::follow_symlink is set"));
-  CHECK(read_bytes(real) == before);
+  CHECK(read_file(real) == before);
 
   auto log = SessionLog::open(link, SessionLogOptions{.follow_symlink = true});
   CHECK(log.next_seq() == 2);
@@ -68,7 +77,7 @@ TEST_CASE("a log owned by another user is refused unless allow_foreign_owner is 
         log_message(path, 0,
                     "owned by uid 65534, not by the effective uid 0 of this process; refused unless "
                     "SessionLogOptions::allow_foreign_owner is set"));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
 
   auto log = SessionLog::open(path, SessionLogOptions{.allow_foreign_owner = true});
   CHECK(log.append("tool/call", {{"n", 2}}) == 2);
@@ -85,7 +94,7 @@ TEST_CASE("a log its group or other users may write is refused unless allow_shar
           log_message(path, 0,
                       std::string("writable by its group or by other users (mode ") + text +
                           "); refused unless SessionLogOptions::allow_shared_write is set"));
-    CHECK(read_bytes(path) == before);
+    CHECK(read_file(path) == before);
   }
   auto log = SessionLog::open(path, SessionLogOptions{.allow_shared_write = true});
   CHECK(log.next_seq() == 2);
@@ -116,16 +125,7 @@ TEST_CASE("a process holding the file lock forever makes open, append and refres
   const SessionLogOptions options{.lock_timeout = std::chrono::milliseconds(100)};
   auto opened = SessionLog::open(path, options);
 
-  Child holder([&](int report) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
-      return 2;
-    }
-    write_all(report, "L");
-    for (;;) {
-      ::pause(); // until the test kills it
-    }
-  });
+  Child holder = hold_lock_forever(path);
   char locked = 0;
   REQUIRE(holder.read_exactly(&locked, 1));
 
@@ -138,7 +138,7 @@ TEST_CASE("a process holding the file lock forever makes open, append and refres
   CHECK(std::string(log_error_from([&] { static_cast<void>(SessionLog::open(path, once)); }).what()) ==
         log_message(path, 0,
                     "cannot lock: another open file description held the lock for the whole lock timeout (0 ms)"));
-  CHECK(read_bytes(path) == before);
+  CHECK(read_file(path) == before);
 
   ::kill(holder.pid(), SIGKILL);
   static_cast<void>(holder.wait());
@@ -174,7 +174,7 @@ TEST_CASE("create fails cleanly when another process replaces the name right aft
   const auto path = dir / "s.jsonl";
   const auto impostor = dir / "impostor";
   const std::string planted = dsh::test::header_line("planted", 7);
-  write_bytes(impostor, planted);
+  write_file(impostor, planted);
   {
     const HookInstalled hook(impostor, path);
     const dsh::LogError error = log_error_from([&] { static_cast<void>(SessionLog::create(path, {"mine", {}, 1})); });
@@ -183,8 +183,8 @@ TEST_CASE("create fails cleanly when another process replaces the name right aft
                       "cannot create: once linked, the name did not lead to the new file (another process "
                       "replaced or moved it); nothing was created"));
   }
-  CHECK(read_bytes(path) == planted); // the replacement is left alone
-  CHECK(entries(dir.path()) == 1);    // no staging file, no second name
+  CHECK(read_file(path) == planted); // the replacement is left alone
+  CHECK(entries(dir.path()) == 1);   // no staging file, no second name
   auto log = SessionLog::open(path);
   CHECK(log.header().id == "planted");
 }
@@ -212,20 +212,11 @@ TEST_CASE("create keeps the lock timeout for the log it returns") {
   auto log = SessionLog::create(path, {"c", {}, 1}, SessionLogOptions{.lock_timeout = std::chrono::milliseconds(50)});
   CHECK(log.header_json() == nlohmann::json::parse(R"({"type":"session","version":0,"id":"c","createdAt":1,)"
                                                    R"("delegationDepth":0})"));
-  Child holder([&](int report) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) {
-      return 2;
-    }
-    write_all(report, "L");
-    for (;;) {
-      ::pause();
-    }
-  });
+  Child holder = hold_lock_forever(path);
   char locked = 0;
   REQUIRE(holder.read_exactly(&locked, 1));
   CHECK(std::string(log_error_from([&] { log.append("tool/call", {}); }).what()) ==
         log_message(path, 0,
                     "cannot lock: another open file description held the lock for the whole lock timeout (50 ms)"));
-  CHECK(read_bytes(path) == dsh::test::header_line("c", 1));
+  CHECK(read_file(path) == dsh::test::header_line("c", 1));
 }

@@ -28,11 +28,7 @@ using dsh::SessionHeader;
 using dsh::SessionLog;
 using dsh::SessionLogOptions;
 using dsh::TailRepair;
-using dsh::test::log_message;
-using dsh::test::open_error;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 
 #if DSH_SANDBOX_POLICY_HAS_ZSTD
 
@@ -94,7 +90,7 @@ Built build_log(const std::filesystem::path& path) {
     bytes += frame(lines);
   }
   built.size = bytes.size();
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   return built;
 }
 
@@ -167,7 +163,7 @@ TEST_CASE("zstd log: frames written by the zstd tool open, and C++ appends after
   const auto path = dir / "session.jsonl.zstd";
   const std::vector<std::string> batch1{row(0, "a"), row(1, "b")};
   const std::vector<std::string> batch2{mode_row(2, "danger-full-access"), row(3, "c"), row(4, "d")};
-  write_bytes(path, zstd_cli_frame(HEADER + "\n") + zstd_cli_frame(joined(batch1)) + zstd_cli_frame(joined(batch2)));
+  write_file(path, zstd_cli_frame(HEADER + "\n") + zstd_cli_frame(joined(batch1)) + zstd_cli_frame(joined(batch2)));
   {
     SessionLog log = SessionLog::open(path);
     CHECK(log.encoding() == DshLogEncoding::zstd);
@@ -189,31 +185,31 @@ TEST_CASE("zstd log: frames written by the zstd tool open, and C++ appends after
 TEST_CASE("zstd log: the encoding comes from the file's first bytes, not from its name") {
   const TempDir dir;
   const auto compressed_named_plain = dir / "session.jsonl";
-  write_bytes(compressed_named_plain, frame({HEADER}) + frame({row(0)}));
+  write_file(compressed_named_plain, frame({HEADER}) + frame({row(0)}));
   const SessionLog a = SessionLog::open(compressed_named_plain);
   CHECK(a.encoding() == DshLogEncoding::zstd);
   CHECK(a.events().size() == 1);
 
   const auto plain_named_compressed = dir / "session.jsonl.zstd";
-  write_bytes(plain_named_compressed, HEADER + "\n" + row(0) + "\n");
+  write_file(plain_named_compressed, HEADER + "\n" + row(0) + "\n");
   SessionLog b = SessionLog::open(plain_named_compressed);
   CHECK(b.encoding() == DshLogEncoding::plain);
   b.append("assistant/text", {{"text", "plain"}});
-  CHECK(read_bytes(plain_named_compressed).starts_with(HEADER + "\n" + row(0) + "\n{\"type\":\"assistant/text\""));
+  CHECK(read_file(plain_named_compressed).starts_with(HEADER + "\n" + row(0) + "\n{\"type\":\"assistant/text\""));
 }
 
 TEST_CASE("zstd log: a last frame cut at every byte is repaired, complete rows kept, durably and readable by zstd") {
   const TempDir dir;
   const auto source = dir / "source.jsonl.zstd";
   const Built built = build_log(source);
-  const std::string original = read_bytes(source);
+  const std::string original = read_file(source);
   const std::uint64_t last = built.offsets.back();
   std::size_t cases = 0;
   std::size_t previous_recovered = 0;
   for (std::uint64_t cut = last + 1; cut < built.size; ++cut) {
     CAPTURE(cut);
     const auto path = dir / "torn.jsonl.zstd";
-    write_bytes(path, std::string_view(original).substr(0, cut));
+    write_file(path, std::string_view(original).substr(0, cut));
     const SessionLog log = SessionLog::open(path);
     const auto repair = log.tail_repair();
     REQUIRE(repair.has_value());
@@ -233,7 +229,7 @@ TEST_CASE("zstd log: a last frame cut at every byte is repaired, complete rows k
     CHECK(log.next_seq() == 4 + kept);
     // Durable: the complete frames are untouched, the zstd tool reads the repaired file, and
     // opening it again finds nothing to repair.
-    const std::string repaired = read_bytes(path);
+    const std::string repaired = read_file(path);
     CHECK(repaired.substr(0, last) == original.substr(0, last));
     CHECK(zstd_cli_text(path) == HEADER + "\n" + joined(expected));
     const SessionLog again = SessionLog::open(path);
@@ -249,12 +245,12 @@ TEST_CASE("zstd log: corruption at every frame boundary is refused naming the fr
   const TempDir dir;
   const auto source = dir / "source.jsonl.zstd";
   const Built built = build_log(source);
-  const std::string original = read_bytes(source);
+  const std::string original = read_file(source);
   const auto path = dir / "bad.jsonl.zstd";
   const auto refused = [&](const std::string& bytes, const std::string& what) {
-    write_bytes(path, bytes);
+    write_file(path, bytes);
     CHECK(std::string(open_error(path).what()) == log_message(path, 0, what));
-    CHECK(read_bytes(path) == bytes);
+    CHECK(read_file(path) == bytes);
   };
   std::size_t cases = 0;
   for (std::size_t i = 1; i < built.offsets.size(); ++i) {
@@ -270,13 +266,13 @@ TEST_CASE("zstd log: corruption at every frame boundary is refused naming the fr
     const std::uint64_t end = i + 1 < built.offsets.size() ? built.offsets[i + 1] : built.size;
     bytes = original;
     bytes[end - 1] = static_cast<char>(bytes[end - 1] ^ 0x40);
-    write_bytes(path, bytes);
+    write_file(path, bytes);
     const std::string message = open_error(path).what();
     CHECK(message.starts_with(log_message(path, 0,
                                           "corrupt Zstandard session log: checksum mismatch in the frame "
                                           "starting at byte " +
                                               where)));
-    CHECK(read_bytes(path) == bytes);
+    CHECK(read_file(path) == bytes);
     ++cases;
     // A skippable frame inserted at the boundary.
     bytes = original.substr(0, at) + std::string("\x50\x2a\x4d\x18\x00\x00\x00\x00", 8) + original.substr(at);
@@ -300,7 +296,7 @@ TEST_CASE("zstd log: a byte flipped anywhere, or a file cut inside its header fr
   const TempDir dir;
   const auto source = dir / "source.jsonl.zstd";
   const Built built = build_log(source);
-  const std::string original = read_bytes(source);
+  const std::string original = read_file(source);
   std::vector<std::string> compact;
   for (const auto& text : built.rows) {
     compact.push_back(nlohmann::json::parse(text).dump());
@@ -314,7 +310,7 @@ TEST_CASE("zstd log: a byte flipped anywhere, or a file cut inside its header fr
       CAPTURE(at, mask);
       std::string bytes = original;
       bytes[at] = static_cast<char>(static_cast<unsigned char>(bytes[at]) ^ mask);
-      write_bytes(path, bytes);
+      write_file(path, bytes);
       try {
         const SessionLog log = SessionLog::open(path);
         // Accepted: a flip the decoder ignores (the checksummed text is the same), or one
@@ -330,15 +326,15 @@ TEST_CASE("zstd log: a byte flipped anywhere, or a file cut inside its header fr
         }
         ++accepted;
       } catch (const LogError&) {
-        CHECK(read_bytes(path) == bytes);
+        CHECK(read_file(path) == bytes);
         ++refused;
       }
     }
   }
   for (std::uint64_t cut = 1; cut < built.offsets[1]; ++cut) {
-    write_bytes(path, std::string_view(original).substr(0, cut));
+    write_file(path, std::string_view(original).substr(0, cut));
     CHECK_THROWS_AS(SessionLog::open(path), LogError);
-    CHECK(read_bytes(path) == original.substr(0, cut));
+    CHECK(read_file(path) == original.substr(0, cut));
     ++refused;
   }
   std::string torn_list;
@@ -389,48 +385,48 @@ TEST_CASE("zstd log: a forged or out-of-sequence row inside a frame is refused l
   const TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
   std::string bytes = frame({HEADER}) + frame({row(0), mode_row(1, "root-access")});
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) ==
         log_message(path, 3, "sandbox/mode carries unknown mode \"root-access\""));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
 
   bytes = frame({HEADER}) + frame({row(0)}) + frame({row(2)});
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) == log_message(path, 3, "seq 2 where 1 was expected"));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
 
   // A torn frame whose complete rows hold a forgery: refused, nothing cut.
   const std::string torn = frame({mode_row(1, "root-access"), row(2)});
   bytes = frame({HEADER}) + frame({row(0)}) + torn.substr(0, torn.size() - 3);
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) ==
         log_message(path, 3, "sandbox/mode carries unknown mode \"root-access\""));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
 
   // The header frame must hold exactly the header line.
   bytes = frame({HEADER, row(0)});
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) ==
         log_message(path, 0,
                     "corrupt Zstandard session log: the first frame (at byte 0) is not exactly one header line"));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
 }
 
 TEST_CASE("zstd log: a lone surrogate in a compressed text delta opens; in a mode it is a forgery") {
   const TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
   const std::string delta = R"({"type":"assistant/text-delta","seq":0,"data":{"text":"\ud83d"}})";
-  write_bytes(path, frame({HEADER}) + frame({delta, mode_row(1, "workspace-write")}));
+  write_file(path, frame({HEADER}) + frame({delta, mode_row(1, "workspace-write")}));
   const SessionLog log = SessionLog::open(path);
   CHECK(log.events()[0]["data"]["text"] == "\xEF\xBF\xBD");
   CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
 
   const std::string forged = R"({"type":"sandbox/mode","seq":1,"data":{"mode":"workspace-write\ud800"}})";
   const std::string bytes = frame({HEADER}) + frame({delta}) + frame({forged});
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) ==
         log_message(path, 3, R"(sandbox/mode carries unknown mode "workspace-write\ud800")"));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
 }
 
 #else
@@ -439,12 +435,12 @@ TEST_CASE("zstd log: without Zstandard support, opening or creating one says so"
   const TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
   const std::string bytes("\x28\xb5\x2f\xfd\x24\x00\x00\x00", 8);
-  write_bytes(path, bytes);
+  write_file(path, bytes);
   CHECK(std::string(open_error(path).what()) ==
         log_message(path, 0,
                     "cannot read a Zstandard-compressed session log: dsh-sandbox-policy was built without "
                     "Zstandard support (libzstd was not found)"));
-  CHECK(read_bytes(path) == bytes);
+  CHECK(read_file(path) == bytes);
   SessionLogOptions options;
   options.encoding = DshLogEncoding::zstd;
   const auto created = dir / "new.jsonl.zstd";

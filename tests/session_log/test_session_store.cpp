@@ -13,10 +13,7 @@
 
 using dsh::DshLogEncoding;
 using dsh::DshStoredSession;
-using dsh::test::log_error_from;
-using dsh::test::read_bytes;
-using dsh::test::TempDir;
-using dsh::test::write_bytes;
+using namespace dsh::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -31,7 +28,7 @@ fs::path plant_log(const fs::path& dir, std::string_view id_json, std::string_vi
   }
   content += ",\"delegationDepth\":0}\n";
   content += R"({"type":"sandbox/mode","seq":0,"time":2,"data":{"mode":")" + std::string(mode) + "\"}}\n";
-  write_bytes(dir / "session.jsonl", content);
+  write_file(dir / "session.jsonl", content);
   return dir / "session.jsonl";
 }
 
@@ -118,8 +115,8 @@ TEST_CASE("hostile ids and cwds never reach outside the root", "[store]") {
   // Logs an attacker hopes a crafted id reaches: beside the root, above it, and at /.
   const fs::path outside = plant_log(tmp / "outside", R"("outside")", "");
   const fs::path above = plant_log(tmp / "s", R"("s")", "");
-  const std::string outside_bytes = read_bytes(outside);
-  const std::string above_bytes = read_bytes(above);
+  const std::string outside_bytes = read_file(outside);
+  const std::string above_bytes = read_file(above);
   for (const std::string& id :
        {std::string(".."), std::string("../outside"), std::string("../../outside"), (tmp / "outside").native(),
         std::string("./../s"), std::string("s/../../s"), std::string("..\\outside"), std::string("outside\0", 8)}) {
@@ -133,8 +130,8 @@ TEST_CASE("hostile ids and cwds never reach outside the root", "[store]") {
     }
   }
   CHECK(dsh::list_dsh_sessions(root).empty());
-  CHECK(read_bytes(outside) == outside_bytes);
-  CHECK(read_bytes(above) == above_bytes);
+  CHECK(read_file(outside) == outside_bytes);
+  CHECK(read_file(above) == above_bytes);
 }
 
 TEST_CASE("symbolic links planted in the store are never followed", "[store]") {
@@ -142,7 +139,7 @@ TEST_CASE("symbolic links planted in the store are never followed", "[store]") {
   const fs::path root = tmp / "store";
   const fs::path elsewhere = tmp / "elsewhere";
   const fs::path target = plant_log(elsewhere / "--srv-p--" / "s9", R"("s9")", R"("/srv/p")");
-  const std::string target_bytes = read_bytes(target);
+  const std::string target_bytes = read_file(target);
   plant_log(root / "--srv-r--" / "real", R"("real")", R"("/srv/r")");
 
   // A project directory that links outside: not part of the store; named by cwd: refused.
@@ -172,7 +169,7 @@ TEST_CASE("symbolic links planted in the store are never followed", "[store]") {
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].path() == root / "--srv-r--" / "s8" / "session.jsonl");
   CHECK_THROWS_AS(dsh::list_dsh_sessions(root), dsh::LogError);
-  CHECK(read_bytes(target) == target_bytes);
+  CHECK(read_file(target) == target_bytes);
 }
 
 TEST_CASE("an id in several project directories, or with both encodings, is an error naming them", "[store]") {
@@ -188,7 +185,7 @@ TEST_CASE("an id in several project directories, or with both encodings, is an e
   CHECK(dsh::locate_dsh_session(root, "dup", std::nullopt).path == b);
 
   plant_log(root / "_no-cwd" / "both", R"("both")", "");
-  write_bytes(root / "_no-cwd" / "both" / "session.jsonl.zstd", "\x28\xB5\x2F\xFD");
+  write_file(root / "_no-cwd" / "both" / "session.jsonl.zstd", "\x28\xB5\x2F\xFD");
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::locate_dsh_session(root, "both")); }).what()) ==
         "session log \"" + (root / "_no-cwd" / "both" / "session.jsonl.zstd").native() +
             "\": the session directory holds both session.jsonl and session.jsonl.zstd; DSH refuses such a "
@@ -208,25 +205,25 @@ TEST_CASE("a Zstandard log is found and opened; a name that lies about the encod
   const auto frame = [](std::string_view line) {
     return dsh::detail::encode_zstd_frame(std::vector<std::string_view>{line}).bytes;
   };
-  write_bytes(zstd, frame(header) + frame(mode));
+  write_file(zstd, frame(header) + frame(mode));
   const DshStoredSession stored = dsh::locate_dsh_session(root, "z");
   CHECK(stored.encoding == DshLogEncoding::zstd);
   CHECK(dsh::open_dsh_session(stored).sandbox_mode_override() == dsh::SandboxMode::danger_full_access);
   // A plain session named as a compressed one, and a compressed one named as plain. Refused
   // before anything is repaired: the torn last line stays.
-  write_bytes(zstd, header + "\n" + mode + "\n{\"type\":\"torn");
+  write_file(zstd, header + "\n" + mode + "\n{\"type\":\"torn");
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==
         "session log \"" + zstd.native() +
             "\": named session.jsonl.zstd, but the file holds plain JSON lines, not Zstandard frames");
-  CHECK(read_bytes(zstd) == header + "\n" + mode + "\n{\"type\":\"torn");
+  CHECK(read_file(zstd) == header + "\n" + mode + "\n{\"type\":\"torn");
   fs::rename(zstd, root / "_no-cwd" / "z" / "session.jsonl");
-  write_bytes(root / "_no-cwd" / "z" / "session.jsonl", frame(header) + frame(mode));
+  write_file(root / "_no-cwd" / "z" / "session.jsonl", frame(header) + frame(mode));
   const DshStoredSession plain = dsh::locate_dsh_session(root, "z");
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(plain)); }).what()) ==
         "session log \"" + plain.path.native() +
             "\": named session.jsonl, but the file holds Zstandard frames, not plain JSON lines");
 #else
-  write_bytes(zstd, std::string("\x28\xB5\x2F\xFD", 4));
+  write_file(zstd, std::string("\x28\xB5\x2F\xFD", 4));
   const DshStoredSession stored = dsh::locate_dsh_session(root, "z");
   CHECK(stored.encoding == DshLogEncoding::zstd);
   CHECK(std::string(log_error_from([&] { static_cast<void>(dsh::open_dsh_session(stored)); }).what()) ==

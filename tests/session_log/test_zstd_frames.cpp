@@ -65,12 +65,12 @@ std::string frame(std::initializer_list<std::string_view> lines) {
   return encoded.bytes;
 }
 
-using dsh::test::read_bytes;
-using dsh::test::write_bytes;
+using dsh::test::read_file;
+using dsh::test::write_file;
 
 /// Compresses the file `in` into `out` with the zstd CLI: one frame, with a checksum unless not asked.
 void zstd_cli(const std::filesystem::path& in, const std::filesystem::path& out, bool checksum = true) {
-  write_bytes(out, dsh::test::zstd_cli_compress(read_bytes(in), checksum));
+  write_file(out, dsh::test::zstd_cli_compress(read_file(in), checksum));
 }
 
 /// In a build without libzstd: checks that both entry points say so exactly, and returns true.
@@ -104,17 +104,17 @@ TEST_CASE("zstd frames: files made by the zstd CLI, one frame per batch, read ba
     return;
   }
   const TempDir dir;
-  write_bytes(dir / "h", header_line + "\n");
-  write_bytes(dir / "b1", batch1[0] + "\n" + batch1[1] + "\n");
-  write_bytes(dir / "b2", batch2[0] + "\n" + batch2[1] + "\n");
+  write_file(dir / "h", header_line + "\n");
+  write_file(dir / "b1", batch1[0] + "\n" + batch1[1] + "\n");
+  write_file(dir / "b2", batch2[0] + "\n" + batch2[1] + "\n");
   zstd_cli(dir / "h", dir / "h.zst");
   zstd_cli(dir / "b1", dir / "b1.zst");
   zstd_cli(dir / "b2", dir / "b2.zst");
-  const std::string h = read_bytes(dir / "h.zst");
-  const std::string b1 = read_bytes(dir / "b1.zst");
-  const std::string b2 = read_bytes(dir / "b2.zst");
+  const std::string h = read_file(dir / "h.zst");
+  const std::string b1 = read_file(dir / "b1.zst");
+  const std::string b2 = read_file(dir / "b2.zst");
   const std::string joined = h + b1 + b2;
-  write_bytes(dir / "session.jsonl.zstd", joined);
+  write_file(dir / "session.jsonl.zstd", joined);
 
   for (const Walk& w : {walk_file(dir / "session.jsonl.zstd"), walk_bytes(joined)}) {
     CHECK(w.outcome.status == ZstdFrameStatus::complete);
@@ -129,7 +129,7 @@ TEST_CASE("zstd frames: files made by the zstd CLI, one frame per batch, read ba
 
   SECTION("a frame the CLI wrote without a checksum is read, as DSH reads it") {
     zstd_cli(dir / "b1", dir / "b1.nock", false);
-    const Walk w = walk_bytes(h + read_bytes(dir / "b1.nock"));
+    const Walk w = walk_bytes(h + read_file(dir / "b1.nock"));
     CHECK(w.outcome.status == ZstdFrameStatus::complete);
     REQUIRE(w.records.size() == 2);
     CHECK(w.records[1] == batch1);
@@ -146,7 +146,7 @@ TEST_CASE("zstd frames: the writer's frames are checksummed and the CLI accepts 
   REQUIRE(h.size() > 5);
   CHECK((static_cast<unsigned char>(h[4]) & 0x04U) != 0); // Content_Checksum_flag
   CHECK((static_cast<unsigned char>(b1[4]) & 0x04U) != 0);
-  write_bytes(dir / "s.zst", h + b1);
+  write_file(dir / "s.zst", h + b1);
   CHECK(dsh::test::zstd_cli_decompress(dir / "s.zst") == header_line + "\n" + batch1[0] + "\n" + batch1[1] + "\n");
 
   SECTION("a batch is complete lines: no newline inside a record, not empty") {
@@ -176,7 +176,7 @@ TEST_CASE("zstd frames: a 3-frame file cut at every byte is classified, never mi
   for (std::size_t cut = 0; cut <= whole.size(); ++cut) {
     INFO("cut at " << cut << " of " << whole.size());
     const std::string_view prefix(whole.data(), cut);
-    write_bytes(dir / "cut.zst", prefix);
+    write_file(dir / "cut.zst", prefix);
     for (const Walk& w : {walk_bytes(prefix), walk_file(dir / "cut.zst")}) {
       if (cut < h.size()) {
         CHECK(w.outcome.status == ZstdFrameStatus::no_header);
@@ -304,9 +304,9 @@ TEST_CASE("zstd frames: corruption is named with the frame's byte offset") {
   SECTION("a complete frame that ends inside a record") {
     // Encode "record\npartial" by hand: the writer only makes complete lines.
     const TempDir dir;
-    write_bytes(dir / "p", batch1[0] + "\n{\"seq\":1");
+    write_file(dir / "p", batch1[0] + "\n{\"seq\":1");
     zstd_cli(dir / "p", dir / "p.zst");
-    const Walk w = walk_bytes(h + read_bytes(dir / "p.zst") + b2);
+    const Walk w = walk_bytes(h + read_file(dir / "p.zst") + b2);
     CHECK(w.outcome.status == ZstdFrameStatus::torn_record);
     CHECK(w.outcome.offset == h.size());
     CHECK(w.outcome.message ==
@@ -317,9 +317,9 @@ TEST_CASE("zstd frames: corruption is named with the frame's byte offset") {
   SECTION("a first frame that is not exactly one header line") {
     for (const std::string& plain : {header_line + "\n" + batch1[0] + "\n", header_line, std::string()}) {
       const TempDir dir;
-      write_bytes(dir / "h", plain);
+      write_file(dir / "h", plain);
       zstd_cli(dir / "h", dir / "h.zst");
-      const Walk w = walk_bytes(read_bytes(dir / "h.zst") + b1);
+      const Walk w = walk_bytes(read_file(dir / "h.zst") + b1);
       CHECK(w.outcome.status == ZstdFrameStatus::bad_header_frame);
       CHECK(w.outcome.offset == 0);
       CHECK(w.outcome.message ==

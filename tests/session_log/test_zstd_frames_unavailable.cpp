@@ -33,12 +33,12 @@ TEST_CASE("zstd frames without libzstd: a compressed session log is refused with
   const dsh::test::TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
   const std::string bytes("\x28\xb5\x2f\xfd\x24\x00\x00\x00", 8);
-  dsh::test::write_bytes(path, bytes);
+  dsh::test::write_file(path, bytes);
   CHECK(std::string(dsh::test::open_error(path).what()) ==
         dsh::test::log_message(path, 0,
                                "cannot read a Zstandard-compressed session log: dsh-sandbox-policy was built without "
                                "Zstandard support (libzstd was not found)"));
-  CHECK(dsh::test::read_bytes(path) == bytes);
+  CHECK(dsh::test::read_file(path) == bytes);
   dsh::SessionLogOptions options;
   options.encoding = dsh::DshLogEncoding::zstd;
   const auto created = dir / "new.jsonl.zstd";

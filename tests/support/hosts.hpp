@@ -1,9 +1,12 @@
 // Shared by the red-team suites: the hostile command as a shell under a fence, its unfenced
-// control run, and hosts that prepare and run fences as root or as an unprivileged user.
+// control run, hosts that prepare and run fences as root or as an unprivileged user, and the
+// tables host x mode the suites run each attempt over.
 #pragma once
 
 #include "support/catch.hpp"
 #include "support/landlock.hpp"
+#include "support/process.hpp"
+#include "support/users.hpp"
 
 #include <dsh/landlock.hpp>
 
@@ -13,6 +16,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,9 +29,6 @@
 
 namespace dsh::test {
 
-/// The unprivileged host's user and group.
-inline constexpr ::uid_t nobody = 65534;
-
 /// The argv of `bash -c script` in the C locale (messages byte-stable), with `variables`
 /// ("NAME=value") in its environment: the scripts read their targets from them, so no path is quoted into a script.
 inline std::vector<std::string> shell_argv(const std::string& script, const std::vector<std::string>& variables) {
@@ -37,23 +38,29 @@ inline std::vector<std::string> shell_argv(const std::string& script, const std:
   return argv;
 }
 
-/// What a fenced shell printed and how it ended.
+/// What a fenced command printed and how it ended.
 struct Shell {
   int status = -1;
   std::string out;
   std::string err;
 };
 
-/// The hostile command: `bash -c script` under `fence`, in `cwd`, output captured.
-inline Shell shell(const PreparedFence& fence, const std::string& script, const std::filesystem::path& cwd,
-                   const std::vector<std::string>& variables = {}) {
-  FencedCommand command(shell_argv(script, variables));
+/// Runs `command` under `fence` with its output captured through `on_output`.
+inline Shell run_captured(FencedCommand& command, const PreparedFence& fence) {
   Shell result;
-  command.in_directory(cwd).on_output([&result](dsh::CommandStream stream, std::string_view bytes) {
+  command.on_output([&result](dsh::CommandStream stream, std::string_view bytes) {
     (stream == dsh::CommandStream::out ? result.out : result.err).append(bytes);
   });
   result.status = command.run(fence);
   return result;
+}
+
+/// The hostile command: `bash -c script` under `fence`, in `cwd`, output captured.
+inline Shell shell(const PreparedFence& fence, const std::string& script, const std::filesystem::path& cwd,
+                   const std::vector<std::string>& variables = {}) {
+  FencedCommand command(shell_argv(script, variables));
+  command.in_directory(cwd);
+  return run_captured(command, fence);
 }
 
 /// The control: the same script with no fence at all (a forked child that execs it, its output
@@ -76,69 +83,94 @@ inline int control_shell(const std::string& script, const std::filesystem::path&
   });
 }
 
-/// Becomes uid and gid 65534 for good, as an unprivileged host runs; stays dumpable, as an
-/// ordinary login process is.
-inline void become_unprivileged() {
-  if (::setgroups(0, nullptr) != 0 || ::setgid(nobody) != 0 || ::setuid(nobody) != 0 ||
-      ::prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0) {
-    ::_exit(251);
-  }
-}
-
-/// Runs `body` in a forked host process (as uid 65534 when `unprivileged`), guarded by an alarm
-/// that kills a hung host; returns the text `body` returned, or what it threw, or how the host
-/// died. `body` must not use Catch2: it runs in the copy.
+/// Runs `body` in a forked host process (as uid 65534 when `unprivileged`, which exits 251
+/// when it cannot become that user), guarded by a 120-second alarm that ends a hung host;
+/// returns what `report_from_child` gives: the text `body` returned, or what it threw, then how
+/// the host died when it did not exit 0. `body` must not use Catch2: it runs in the copy.
 inline std::string as_host(bool unprivileged, const std::function<std::string()>& body) {
-  std::array<int, 2> ends{-1, -1};
-  REQUIRE(::pipe2(ends.data(), O_CLOEXEC) == 0);
-  const dsh::UniqueFd reader{ends[0]};
-  dsh::UniqueFd writer{ends[1]};
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::alarm(120);
-    if (unprivileged) {
-      become_unprivileged();
+  return report_from_child("host", 120, body, [unprivileged] {
+    if (unprivileged && !become_nobody()) {
+      ::_exit(251);
     }
-    std::string text;
-    try {
-      text = body();
-    } catch (const std::exception& error) {
-      text += std::string("exception: ") + error.what();
-    }
-    (void)dsh::detail::write_all(writer.get(), text.data(), text.size());
-    ::_exit(0);
-  }
-  writer.reset();
-  std::string text;
-  std::array<char, 4096> buffer{};
-  for (;;) {
-    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got <= 0) {
-      break;
-    }
-    text.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  const int status = FencedCommand::wait_for(pid);
-  return status == 0 ? text : text + "<host ended with status " + std::to_string(status) + ">";
+  });
 }
 
 /// The uid a host runs as.
 inline ::uid_t uid_of_host(bool unprivileged) { return unprivileged ? nobody : ::geteuid(); }
 
-/// Gives uid 65534 `path` (and, when it is a directory, the right to enter it).
-inline void hand_to_nobody(const std::filesystem::path& path) { REQUIRE(::chown(path.c_str(), nobody, nobody) == 0); }
-
 /// Gives the unprivileged host what it needs of the laboratory: the base traversable, the
-/// workspace and the outside directory its own.
-inline void open_lab_to_nobody(const Lab& lab) {
+/// workspace and the outside directory its own, and then each of `also` (a suite's own
+/// directories the host writes in).
+inline void open_lab_to_nobody(const Lab& lab, std::span<const std::filesystem::path> also = {}) {
   REQUIRE(::chmod(lab.base().c_str(), 0755) == 0);
   hand_to_nobody(lab.workspace());
   hand_to_nobody(lab.outside());
+  for (const std::filesystem::path& path : also) {
+    hand_to_nobody(path);
+  }
+}
+
+/// One row of a red-team table: the host that prepares and runs the fence, and the fence's mode.
+struct HostRow {
+  bool unprivileged = false;                       ///< the host runs as uid 65534, else as root
+  SandboxMode mode = SandboxMode::workspace_write; ///< the mode of the fence it runs the attack under
+};
+
+/// The table host x mode of the red-team suites: every one of `modes` with the root host, then
+/// every one with the unprivileged host (so the laboratory is handed over once, between them).
+inline std::vector<HostRow> host_mode_table(std::span<const SandboxMode> modes) {
+  std::vector<HostRow> rows;
+  for (const bool unprivileged : {false, true}) {
+    for (const SandboxMode mode : modes) {
+      rows.push_back(HostRow{unprivileged, mode});
+    }
+  }
+  return rows;
+}
+
+/// The hosts alone, for a table whose modes vary inside each host's attempt: root, then uid 65534.
+inline constexpr std::array<bool, 2> host_table{false, true};
+
+/// Runs `attempt(unprivileged, mode)` for each row of `host_mode_table(modes)`, with the row
+/// captured in failure messages; before the first unprivileged row the laboratory is opened to
+/// uid 65534 with `open_lab_to_nobody(lab, also)`.
+inline void over_host_mode_table(const Lab& lab, std::span<const SandboxMode> modes,
+                                 std::span<const std::filesystem::path> also,
+                                 const std::function<void(bool unprivileged, SandboxMode mode)>& attempt) {
+  bool opened = false;
+  for (const HostRow& row : host_mode_table(modes)) {
+    if (row.unprivileged && !opened) {
+      open_lab_to_nobody(lab, also);
+      opened = true;
+    }
+    CAPTURE(row.unprivileged, dsh::to_string(row.mode));
+    attempt(row.unprivileged, row.mode);
+  }
+}
+
+/// `over_host_mode_table` with the laboratory alone opened to uid 65534.
+inline void over_host_mode_table(const Lab& lab, std::span<const SandboxMode> modes,
+                                 const std::function<void(bool unprivileged, SandboxMode mode)>& attempt) {
+  over_host_mode_table(lab, modes, {}, attempt);
+}
+
+/// Runs `attempt(unprivileged)` for each host of `host_table`, the host captured in failure
+/// messages; before the unprivileged host the laboratory is opened to uid 65534 with
+/// `open_lab_to_nobody(lab, also)`.
+inline void over_host_table(const Lab& lab, std::span<const std::filesystem::path> also,
+                            const std::function<void(bool unprivileged)>& attempt) {
+  for (const bool unprivileged : host_table) {
+    CAPTURE(unprivileged);
+    if (unprivileged) {
+      open_lab_to_nobody(lab, also);
+    }
+    attempt(unprivileged);
+  }
+}
+
+/// `over_host_table` with the laboratory alone opened to uid 65534.
+inline void over_host_table(const Lab& lab, const std::function<void(bool unprivileged)>& attempt) {
+  over_host_table(lab, {}, attempt);
 }
 
 } // namespace dsh::test

@@ -7,6 +7,8 @@
 #include <dsh/sandbox_policy.hpp>
 
 #include "support/catch.hpp"
+#include "support/files.hpp"
+#include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
 #include <atomic>
@@ -14,9 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -83,7 +83,7 @@ inline int in_child(const PreparedFence* fence, const std::function<int()>& body
     }
     ::_exit(body());
   }
-  return FencedCommand::wait_for(pid);
+  return wait_exit_code(pid);
 }
 
 /// `in_child` under `fence`.
@@ -116,30 +116,6 @@ inline TempDir scratch_in_granted_area(const FenceReport& report, const std::fil
     }
   }
   throw std::runtime_error("the fence grants no temporary area: " + report.describe());
-}
-
-/// Creates (truncating) `path` with `content`; throws on failure.
-inline void write_file(const std::filesystem::path& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  if (!out.flush()) {
-    throw std::runtime_error("cannot write " + path.string());
-  }
-}
-
-/// The whole content of `path`, or "<missing>" when it cannot be opened.
-inline std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return "<missing>";
-  }
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-/// True when `path` exists as any kind of file (symlinks not followed).
-inline bool exists_nofollow(const std::filesystem::path& path) {
-  std::error_code ignored;
-  return std::filesystem::exists(std::filesystem::symlink_status(path, ignored));
 }
 
 /// The exit code and the captured output of a fenced command.

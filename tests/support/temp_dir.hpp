@@ -1,10 +1,12 @@
-// The one temporary-directory helper of the test suite.
+// The one temporary-directory helper of the test suite, and the check that a directory's path
+// can be written into an expected JSON text as it is.
 #pragma once
 
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace dsh::test {
@@ -39,5 +41,17 @@ public:
 private:
   std::filesystem::path path_;
 };
+
+/// True if `text` needs no JSON escaping: printable ASCII without `"` and `\`. A test that
+/// writes a temporary path into an expected JSON literal requires this of the path first.
+inline bool plain_ascii(std::string_view text) {
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte > 0x7E || c == '"' || c == '\\') {
+      return false;
+    }
+  }
+  return true;
+}
 
 } // namespace dsh::test

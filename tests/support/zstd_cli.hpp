@@ -17,13 +17,13 @@ namespace dsh::test {
 /// is false; throws std::runtime_error if the tool fails.
 inline std::string zstd_cli_compress(std::string_view text, bool checksum = true) {
   const TempDir scratch;
-  write_bytes(scratch / "in", text);
+  write_file(scratch / "in", text);
   const std::string command = std::string("zstd -q -f ") + (checksum ? "--check" : "--no-check") + " -o '" +
                               (scratch / "out").string() + "' '" + (scratch / "in").string() + "'";
   if (std::system(command.c_str()) != 0) {
     throw std::runtime_error("zstd failed: " + command);
   }
-  return read_bytes(scratch / "out");
+  return read_file(scratch / "out");
 }
 
 /// Returns the text `zstd -d` decodes from the file `path` (every frame, every checksum
@@ -34,7 +34,7 @@ inline std::optional<std::string> zstd_cli_decompress(const std::filesystem::pat
   if (std::system(command.c_str()) != 0) {
     return std::nullopt;
   }
-  return read_bytes(scratch / "out");
+  return read_file(scratch / "out");
 }
 
 } // namespace dsh::test

@@ -4,7 +4,7 @@
 // `classify`): a write the fence refuses is a denial, a refused profile a runner failure, and
 // nothing the runner prints is mistaken for either.
 #include "support/landlock.hpp"
-#include "support/refuse_user_namespaces.hpp"
+#include "support/seccomp.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -34,8 +34,7 @@
 #endif
 
 using dsh::SandboxMode;
-using dsh::test::Lab;
-using dsh::test::read_file;
+using namespace dsh::test;
 
 namespace {
 

@@ -26,8 +26,7 @@ struct LandlockProbe {
 };
 
 /// Builds the fence of `PreparedFence::prepare` (its friend), with the kernel probe and the
-/// host's environment passed in; defined in <dsh/detail/fence/builder.hpp>, where PreparedFence
-/// is complete.
+/// host's environment passed in; defined in <dsh/prepared_fence.hpp>, after PreparedFence.
 [[nodiscard]] PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
                                           LandlockProbe probe, const HostEnvironment& environment);
 

@@ -78,16 +78,7 @@ Measured measure(const std::vector<std::string>& argv, const std::vector<std::st
   }
   writer.reset();
   Measured measured;
-  std::array<char, 65536> buffer{};
-  for (;;) {
-    const ::ssize_t got = ::read(reader.get(), buffer.data(), buffer.size());
-    if (got < 0 && errno == EINTR) {
-      continue;
-    }
-    if (got <= 0) {
-      break;
-    }
-    const std::string_view bytes(buffer.data(), static_cast<std::size_t>(got));
+  dsh::test::drain(reader.get(), [&measured](std::string_view bytes) {
     measured.err_bytes += bytes.size();
     for (const char c : bytes) {
       if (c != 'x') {
@@ -97,7 +88,7 @@ Measured measure(const std::vector<std::string>& argv, const std::vector<std::st
         }
       }
     }
-  }
+  });
   int status = 0;
   rusage usage{};
   ::pid_t done = -1;

@@ -1,3 +1,5 @@
+// Seccomp filters a test child installs in itself to stand in for another machine.
+//
 // What a container runtime's seccomp profile does to a process that asks for a user namespace:
 // unshare(2) and clone(2) with CLONE_NEWUSER fail with EPERM, and clone3(2), whose flags the
 // filter cannot read, with ENOSYS (so glibc falls back to clone). For a test child only: it
@@ -19,16 +21,23 @@
 
 namespace dsh::test {
 
+/// The AUDIT_ARCH_ value seccomp_data.arch carries for this build's ABI; 0 where these
+/// filters do not know it.
+#if defined(__x86_64__)
+inline constexpr std::uint32_t native_audit_arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+inline constexpr std::uint32_t native_audit_arch = AUDIT_ARCH_AARCH64;
+#else
+inline constexpr std::uint32_t native_audit_arch = 0;
+#endif
+
 /// Installs the refusing filter in the calling thread (after no_new_privs, which a fence sets
 /// anyway). Returns 0, or the errno of the call that failed. Async-signal-safe.
 inline int refuse_user_namespaces() noexcept {
-#if defined(__x86_64__)
-  constexpr std::uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-  constexpr std::uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-  return ENOSYS;
-#endif
+  constexpr std::uint32_t arch = native_audit_arch;
+  if (arch == 0) {
+    return ENOSYS;
+  }
   constexpr std::uint32_t nr = offsetof(seccomp_data, nr);
   constexpr std::uint32_t arg0 = offsetof(seccomp_data, args); // low 32 bits on little-endian machines
   constexpr auto stmt = [](std::uint16_t code, std::uint32_t k) { return sock_filter{code, 0, 0, k}; };

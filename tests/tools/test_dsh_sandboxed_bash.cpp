@@ -16,9 +16,7 @@
 #endif
 
 using dsh::SandboxMode;
-using dsh::test::Captured;
-using dsh::test::Lab;
-using dsh::test::read_file;
+using namespace dsh::test;
 
 namespace {
 
@@ -319,6 +317,14 @@ TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider 
   DSH_REQUIRE_LANDLOCK();
   const std::string hint = "if this change is required, ask for approval and re-run with a wider mode: "
                            "dsh-sandboxed-bash --log ";
+  // What the tool prints when a touch of `outside` is refused in workspace-write: the denial,
+  // then the hint that only danger-full-access is left to ask for.
+  const auto refused_outside = [&](const Session& session, const std::string& outside) {
+    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
+    return denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial + "\n" +
+           prefix + hint + session.quoted_log() + " --approved danger-full-access --isolation off -- 'touch' '" +
+           outside + "'\n";
+  };
   // A real denial in workspace-write (a write outside): the current mode is never offered again,
   // only danger-full-access.
   {
@@ -327,10 +333,7 @@ TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider 
     const std::string outside = (session.lab.outside() / "out.txt").string();
     const Captured run = session.run({"--log", session.log_path.string(), "--", "touch", outside});
     CHECK(run.exit_code == 1);
-    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
-    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
-                         "\n" + prefix + hint + session.quoted_log() +
-                         " --approved danger-full-access --isolation off -- 'touch' '" + outside + "'\n");
+    CHECK(run.err == refused_outside(session, outside));
     CHECK(read_file(outside) == "<missing>");
   }
   // A line that only looks like a denial, naming a path the call's policy allows (workspace-write
@@ -359,10 +362,7 @@ TEST_CASE("dsh-sandboxed-bash: the retry hint offers only a mode strictly wider 
     const Captured run =
         session.run({"--log", session.log_path.string(), "--approved", "workspace-write", "--", "touch", outside});
     CHECK(run.exit_code == 1);
-    const std::string denial = "touch: cannot touch '" + outside + "': Permission denied";
-    CHECK(run.err == denial + "\n" + prefix + "denied by the workspace-write file policy (Landlock fence): " + denial +
-                         "\n" + prefix + hint + session.quoted_log() +
-                         " --approved danger-full-access --isolation off -- 'touch' '" + outside + "'\n");
+    CHECK(run.err == refused_outside(session, outside));
     CHECK(read_file(outside) == "<missing>");
   }
 }

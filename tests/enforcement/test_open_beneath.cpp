@@ -14,9 +14,7 @@
 
 using dsh::open_beneath;
 using dsh::SandboxMode;
-using dsh::test::exists_nofollow;
-using dsh::test::Lab;
-using dsh::test::read_file;
+using namespace dsh::test;
 
 namespace {
 

@@ -1,0 +1,223 @@
+// bench_policy's Launch group: the fenced call against posix_spawn from host processes of
+// growing memory with busy threads, and dsh-sandboxed-bash against bash.
+#include "bench_policy.hpp"
+
+namespace bench_policy {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Launch
+// ---------------------------------------------------------------------------------------------
+
+/// The busy threads of a Launch host.
+constexpr std::size_t BUSY_THREADS = 4;
+
+/// Threads that spin on a relaxed atomic flag from construction until destruction, which stops
+/// and joins them.
+class BusyThreads {
+public:
+  explicit BusyThreads(std::size_t count) {
+    try {
+      for (std::size_t i = 0; i < count; ++i) {
+        threads_.emplace_back([this] {
+          while (!stop_.load(std::memory_order_relaxed)) {
+          }
+        });
+      }
+    } catch (...) {
+      stop();
+      throw;
+    }
+  }
+  BusyThreads(const BusyThreads&) = delete;
+  BusyThreads& operator=(const BusyThreads&) = delete;
+  ~BusyThreads() { stop(); }
+
+private:
+  void stop() noexcept {
+    stop_.store(true, std::memory_order_relaxed);
+    for (std::thread& thread : threads_) {
+      thread.join();
+    }
+    threads_.clear();
+  }
+
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+/// What a Launch host reports: the medians of its rounds in seconds, and the median of the
+/// per-round ratios of the fenced call to posix_spawn.
+struct LaunchResult {
+  std::size_t megabytes = 0;
+  double fenced_s = 0;
+  double spawn_s = 0;
+  double ratio = 0;
+};
+
+/// The tag that starts a Launch host's one line of output.
+constexpr std::string_view LAUNCH_TAG = "launch-host";
+
+/// Returns `text` as a whole number, or throws std::invalid_argument naming `what`.
+std::size_t whole_number(const std::string& text, const std::string& what) {
+  if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::invalid_argument(what + " must be a whole number, not \"" + text + "\"");
+  }
+  return std::stoul(text);
+}
+
+/// The host side (`--launch-host MB --runs N --warmup W`): allocates and touches MB megabytes
+/// of heap, starts BUSY_THREADS spinning threads, makes W warm-up rounds and then N measured
+/// rounds, each timing the base fenced call and then posix_spawn + waitpid of the same bash
+/// -c true; stops the threads, frees the memory, and prints one line: the tag, MB, the two
+/// medians in seconds and the median of the per-round ratios. A fresh process image, so that
+/// its size is exactly what it allocated (a forked child would also hold the benchmark's heap).
+int launch_host(const std::vector<std::string>& args) {
+  if (args.size() != 6 || args[0] != "--launch-host" || args[2] != "--runs" || args[4] != "--warmup") {
+    throw std::invalid_argument("usage: bench_policy --launch-host MB --runs N --warmup W");
+  }
+  const std::size_t megabytes = whole_number(args[1], "--launch-host");
+  const auto rounds = static_cast<int>(whole_number(args[3], "--runs"));
+  const auto warmups = static_cast<int>(whole_number(args[5], "--warmup"));
+  require(megabytes >= 1 && rounds >= 1, "MB and --runs must be at least 1");
+  // The result goes to the parent through a descriptor no child inherits; whatever the host's
+  // children write to standard output (the relayed command, bash) goes to standard error, and a
+  // process the library leaves behind cannot hold the parent's pipe open.
+  const int result_fd = ::fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+  if (result_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    throw std::system_error(errno, std::generic_category(), "cannot set its result descriptor apart");
+  }
+  LaunchResult result{megabytes, 0, 0, 0};
+  {
+    const std::size_t bytes = megabytes << 20;
+    const std::unique_ptr<char[]> memory(new (std::nothrow) char[bytes]);
+    require(memory != nullptr, "cannot allocate " + std::to_string(megabytes) + " MB");
+    std::memset(memory.get(), 0xa5, bytes);
+    keep(memory.get());
+    const dsh::test::TempDir scratch;
+    const BaseFence base(std::filesystem::canonical(scratch.path()));
+    const BashTrue plain("the posix_spawn baseline");
+    std::vector<std::vector<double>> times;
+    {
+      const BusyThreads busy(BUSY_THREADS);
+      require(self_status("Threads:").value_or(0) >= 1 + BUSY_THREADS, "the busy threads did not start");
+      require(self_status("VmRSS:").value_or(0) * 1024 >= bytes,
+              "fewer than " + std::to_string(megabytes) + " MB are resident");
+      const std::vector<Step> steps{{"the fenced call", [&] { return base.call(); }},
+                                    {"posix_spawn + waitpid", [&] { return spawn_and_wait(plain.argv()) == 0; }}};
+      static_cast<void>(timed_rounds(warmups, steps));
+      times = timed_rounds(rounds, steps);
+    }
+    std::vector<double> ratios;
+    for (std::size_t round = 0; round < times[0].size(); ++round) {
+      ratios.push_back(times[0][round] / times[1][round]);
+    }
+    result.fenced_s = median(times[0]);
+    result.spawn_s = median(times[1]);
+    result.ratio = median(ratios);
+  }
+  std::array<char, 256> line{};
+  const int length = std::snprintf(line.data(), line.size(), "%s %zu %.9f %.9f %.6f\n", LAUNCH_TAG.data(),
+                                   result.megabytes, result.fenced_s, result.spawn_s, result.ratio);
+  require(length > 0 && static_cast<std::size_t>(length) < line.size(), "cannot format its result");
+  for (std::size_t written = 0; written < static_cast<std::size_t>(length);) {
+    const ssize_t wrote = ::write(result_fd, line.data() + written, static_cast<std::size_t>(length) - written);
+    if (wrote < 0 && errno == EINTR) {
+      continue;
+    }
+    if (wrote <= 0) {
+      throw std::system_error(errno, std::generic_category(), "cannot write its result");
+    }
+    written += static_cast<std::size_t>(wrote);
+  }
+  ::close(result_fd);
+  return 0;
+}
+
+} // namespace
+
+/// `launch_host`, its failures named after the host (a MachineryError: the parent reports its exit).
+int launch_host_main(const std::vector<std::string>& args) try {
+  return launch_host(args);
+} catch (const std::exception& error) {
+  throw MachineryError("launch host" + (args.size() > 1 ? " of " + args[1] + " MB" : std::string()) + ": " +
+                       error.what());
+}
+
+namespace {
+
+/// Runs a Launch host of `megabytes` in a fresh process and returns what it reports; a host
+/// that fails, or prints anything but its one line, fails the benchmark.
+LaunchResult run_launch_host(const std::string& self, std::size_t megabytes, int rounds, int warmups) {
+  const std::string what = "launch: the host process of " + std::to_string(megabytes) + " MB";
+  const ProcessResult process = run_process({self, "--launch-host", std::to_string(megabytes), "--runs",
+                                             std::to_string(rounds), "--warmup", std::to_string(warmups)},
+                                            false);
+  require(process.exit_code == 0,
+          what +
+              (process.exit_code < 0 ? " was killed (it did not exit)"
+                                     : " failed (exit " + std::to_string(process.exit_code) + ")") +
+              "; its own message, if any, is above");
+  LaunchResult result;
+  std::istringstream in(process.out);
+  std::string tag;
+  in >> tag >> result.megabytes >> result.fenced_s >> result.spawn_s >> result.ratio;
+  const bool parsed = !in.fail() && (in >> std::ws).eof() && process.out.back() == '\n';
+  const auto positive = [](double value) { return std::isfinite(value) && value > 0; };
+  require(parsed && tag == LAUNCH_TAG && result.megabytes == megabytes && positive(result.fenced_s) &&
+              positive(result.spawn_s) && positive(result.ratio),
+          what + " printed no measurement: \"" + process.out + "\"");
+  return result;
+}
+
+} // namespace
+
+/// The fenced call against posix_spawn from hosts of growing memory, each with busy threads,
+/// the largest host's fenced call against the smallest's; and dsh-sandboxed-bash against bash.
+void launch(const Settings& settings, Table& table, const std::filesystem::path& directory) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::vector<std::size_t> sizes =
+      settings.smoke ? std::vector<std::size_t>{8, 16} : std::vector<std::size_t>{8, 512, 2048};
+  const int runs = settings.smoke ? 3 : std::max(21, settings.runs);
+  const int warmups = settings.smoke ? 1 : 3;
+  std::vector<LaunchResult> hosts;
+  for (const std::size_t megabytes : sizes) {
+    hosts.push_back(run_launch_host(self, megabytes, runs, warmups));
+  }
+  const auto host = [](std::size_t megabytes) {
+    return "host of " + std::to_string(megabytes) + " MB + " + std::to_string(BUSY_THREADS) + " busy threads";
+  };
+  const std::string fenced = "fenced call of bash -c true (resolve + prepare + run, isolation off), ";
+  for (const LaunchResult& result : hosts) {
+    table.paired("Launch", fenced + host(result.megabytes), result.fenced_s * 1e9,
+                 "posix_spawn + waitpid of bash -c true, same host (ratio: median of the rounds' ratios)",
+                 result.spawn_s * 1e9, result.ratio, 1.3);
+  }
+  table.ratio("Launch", fenced + host(hosts.back().megabytes), hosts.back().fenced_s * 1e9,
+              "the same call, " + host(hosts.front().megabytes), hosts.front().fenced_s * 1e9, 1.3);
+
+#ifdef DSH_BENCH_SANDBOXED_BASH
+  const BashTrue plain("dsh-sandboxed-bash");
+  const BaseFence base(directory / "launch");
+  const std::string tool = DSH_BENCH_SANDBOXED_BASH;
+  const std::vector<double> tool_medians = alternate(
+      runs, {{"dsh-sandboxed-bash: bash -c true",
+              [&] {
+                return run_process({plain.path(), "-c", "true"}, false).exit_code == 0;
+              }},
+             {"dsh-sandboxed-bash", [&] {
+                return run_process({tool, "--log", base.log_path.string(), "--", "true"}, false).exit_code == 0;
+              }}});
+  const double bash_s = tool_medians[0];
+  const double tool_s = tool_medians[1];
+  table.ratio("Launch", "dsh-sandboxed-bash --log L -- true (a process, wall time)", tool_s * 1e9, "bash -c true",
+              bash_s * 1e9, 1.6);
+#else
+  static_cast<void>(directory);
+  table.add({"Launch", "dsh-sandboxed-bash --log L -- true", "skipped (not built)", "bash -c true", "—", "—", "≤ 1.60",
+             "SKIP"});
+#endif
+}
+
+} // namespace bench_policy
