@@ -30,7 +30,7 @@ inline void require_valid_root(const std::filesystem::path& root) {
 
 /// Throws ConfigError unless `label` is non-empty UTF-8 and holds no control character and no `"`.
 inline void require_valid_label(std::string_view label) {
-  const bool bad_character = std::ranges::any_of(label, [](char c) {
+  const bool bad_character = std::any_of(label.begin(), label.end(), [](char c) {
     const auto byte = static_cast<unsigned char>(c);
     return byte < 0x20 || byte == 0x7F || c == '"';
   });
@@ -62,14 +62,15 @@ inline void require_valid_mode(SandboxMode mode) {
 /// something beneath the root rather than the root itself.
 inline void require_valid_protected_rules(const ProtectedPathRules& rules) {
   for (const std::string& name : rules.disabled_defaults) {
-    if (std::ranges::find(PROTECTED_DEFAULTS, name) == PROTECTED_DEFAULTS.end()) {
+    if (std::find(PROTECTED_DEFAULTS.begin(), PROTECTED_DEFAULTS.end(), name) == PROTECTED_DEFAULTS.end()) {
       throw ConfigError(
           expectation_message("PolicyConfig key \"protectedPaths.disable\"", protected_defaults_vocabulary(), name));
     }
   }
   for (const std::filesystem::path& path : rules.extra) {
     const std::string& text = path.native();
-    const bool climbs = std::ranges::any_of(path, [](const std::filesystem::path& part) { return part == ".."; });
+    const bool climbs =
+        std::any_of(path.begin(), path.end(), [](const std::filesystem::path& part) { return part == ".."; });
     const std::string clean = lexically_clean(path);
     if (text.empty() || text.find('\0') != std::string::npos || climbs || clean == ".") {
       throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths.extra\"",
@@ -91,7 +92,8 @@ inline void require_valid_protected_rules(const ProtectedPathRules& rules) {
   }
   const auto strings = [](const nlohmann::json& value, std::string_view key) {
     const std::string context = "PolicyConfig key \"protectedPaths." + std::string(key) + "\"";
-    if (!value.is_array() || !std::ranges::all_of(value, [](const nlohmann::json& e) { return e.is_string(); })) {
+    if (!value.is_array() ||
+        !std::all_of(value.begin(), value.end(), [](const nlohmann::json& e) { return e.is_string(); })) {
       throw ConfigError(expectation_message(context, "an array of strings", value));
     }
     std::vector<std::string> out;

@@ -149,15 +149,19 @@ private:
                                                            {"config", ".git/config", false},
                                                            {"config.worktree", ".git/config.worktree", false},
                                                            {"commondir", ".git/commondir", false}}};
+  /// The names whose presence makes a directory look like a git directory.
+  static constexpr std::array<std::string_view, 4> GIT_MARKERS = {"HEAD", "config", "objects", "refs"};
   static constexpr int MAX_DEPTH = 16;             // nested submodules deeper than this fail closed
   static constexpr std::size_t MAX_FILE = 4096;    // a pointer or commondir file longer than this fails closed
   static constexpr std::size_t MAX_ENTRIES = 4096; // a list longer than this fails closed
 
   [[nodiscard]] bool enabled(std::string_view name) const {
-    return rules_.defaults && std::ranges::find(rules_.disabled_defaults, name) == rules_.disabled_defaults.end();
+    return rules_.defaults && std::find(rules_.disabled_defaults.begin(), rules_.disabled_defaults.end(), name) ==
+                                  rules_.disabled_defaults.end();
   }
   [[nodiscard]] bool any_git_default() const {
-    return std::ranges::any_of(GIT_ENTRIES, [&](const GitEntry& entry) { return enabled(entry.rule); });
+    return std::any_of(GIT_ENTRIES.begin(), GIT_ENTRIES.end(),
+                       [&](const GitEntry& entry) { return enabled(entry.rule); });
   }
 
   void fail(std::string_view context, std::string_view expected, const std::string& found, int error = 0) {
@@ -176,7 +180,8 @@ private:
 
   void add(const std::filesystem::path& path, ProtectedKind kind, std::string_view rule,
            std::string_view placeholder = {}) {
-    const bool listed = std::ranges::any_of(scan_.entries, [&](const ProtectedEntry& e) { return e.path == path; });
+    const bool listed = std::any_of(scan_.entries.begin(), scan_.entries.end(),
+                                    [&](const ProtectedEntry& e) { return e.path == path; });
     if (!listed && scan_.entries.size() >= MAX_ENTRIES) {
       // A command can make directories in modules/ and worktrees/: past this the list fails
       // closed rather than grow the scan (and the namespace layer's mounts) without bound.
@@ -303,7 +308,8 @@ private:
     const ::ssize_t got =
         file ? retry_on_eintr([&] { return ::read(file.get(), text.data(), text.size()); }) : ::ssize_t{-1};
     const std::string_view line(text.data(), got > 0 ? static_cast<std::size_t>(got) : 0);
-    const bool object_id = line.size() >= 40 && std::ranges::all_of(line.substr(0, 40), [](char c) {
+    const std::string_view id = line.substr(0, 40);
+    const bool object_id = line.size() >= 40 && std::all_of(id.begin(), id.end(), [](char c) {
                              return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
                            });
     return line.starts_with("ref:") || object_id;
@@ -358,7 +364,7 @@ private:
   /// Lists the entries of the git directory `dir` (canonical) that lie beneath the root, those
   /// of its common directory, and of the git directories in its `modules/` and `worktrees/`.
   void scan_git_directory(const std::filesystem::path& dir, int depth) {
-    if (!scan_.problem.empty() || std::ranges::find(visited_, dir) != visited_.end()) {
+    if (!scan_.problem.empty() || std::find(visited_.begin(), visited_.end(), dir) != visited_.end()) {
       return;
     }
     if (depth > MAX_DEPTH) {
@@ -402,7 +408,8 @@ private:
 
   /// Walks `modules/` and `worktrees/` of the git directory `dir` once, when it lies beneath the root.
   void walk_children(const std::filesystem::path& dir, int depth) {
-    if (!scan_.problem.empty() || !is_within(dir, root_) || std::ranges::find(walked_, dir) != walked_.end()) {
+    if (!scan_.problem.empty() || !is_within(dir, root_) ||
+        std::find(walked_.begin(), walked_.end(), dir) != walked_.end()) {
       return;
     }
     walked_.push_back(dir);
@@ -457,7 +464,7 @@ private:
       }
     }
     ::closedir(stream);
-    std::ranges::sort(names); // a stable order, whatever the directory's
+    std::sort(names.begin(), names.end()); // a stable order, whatever the directory's
     return names;
   }
 
@@ -478,9 +485,8 @@ private:
       // A git directory, or one that looks like it although git would not accept it, gets the
       // entries; only a directory with none of git's names is a step of a name with slashes
       // (walking into a git directory's objects/ instead would pin hundreds of directories).
-      const bool git_like =
-          std::ranges::any_of(std::array<std::string_view, 4>{"HEAD", "config", "objects", "refs"},
-                              [&](std::string_view marker) { return look(child / marker).has_value(); });
+      const bool git_like = std::any_of(GIT_MARKERS.begin(), GIT_MARKERS.end(),
+                                        [&](std::string_view marker) { return look(child / marker).has_value(); });
       if (git_like || not_git_directory(child, child).empty()) {
         scan_git_directory(child, depth + 1);
       } else {

@@ -273,14 +273,14 @@ inline void append_compact_json(std::string& out, const nlohmann::json& value) {
   case Type::object: {
     const auto& object = value.get_ref<const nlohmann::json::object_t&>();
     // The tree keeps its keys sorted as strings ("10" before "9"); JavaScript puts array
-    // indices first, in numeric order.
-    std::vector<std::pair<std::uint32_t, const nlohmann::json::object_t::value_type*>> indices;
+    // indices first, in numeric order. Canonical indices of one length sort as numbers do, so
+    // they are written one length at a time (at most 10 passes, none without an index).
+    std::size_t longest_index = 0;
     for (const auto& member : object) {
-      if (const std::optional<std::uint32_t> index = array_index(member.first)) {
-        indices.emplace_back(*index, &member);
+      if (array_index(member.first)) {
+        longest_index = std::max(longest_index, member.first.size());
       }
     }
-    std::ranges::sort(indices, {}, [](const auto& entry) { return entry.first; });
     const auto append_member = [&](const nlohmann::json::object_t::value_type& member) {
       out += std::exchange(separator, ",");
       append_json_string(out, member.first);
@@ -288,8 +288,12 @@ inline void append_compact_json(std::string& out, const nlohmann::json& value) {
       append_compact_json(out, member.second);
     };
     out += '{';
-    for (const auto& entry : indices) {
-      append_member(*entry.second);
+    for (std::size_t length = 1; length <= longest_index; ++length) {
+      for (const auto& member : object) {
+        if (member.first.size() == length && array_index(member.first)) {
+          append_member(member);
+        }
+      }
     }
     for (const auto& member : object) {
       if (!array_index(member.first)) {
