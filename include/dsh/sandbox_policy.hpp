@@ -165,7 +165,11 @@ public:
 
   /// Appends `{"type":type,"seq":<number of events>,"time":<now>,"data":data}`. Throws
   /// InvariantViolation, leaving the session unchanged, when it is a forged `sandbox/mode` event.
-  void append(std::string_view type, nlohmann::json data) { append(type, std::move(data), nlohmann::json::object()); }
+  void append(std::string_view type, nlohmann::json data) {
+    // value_t::object rather than json::object(): the same empty object, without instantiating
+    // the initializer-list constructor in every includer.
+    append(type, std::move(data), nlohmann::json(nlohmann::json::value_t::object));
+  }
 
   /// Appends like `append(type, data)` with the members of `envelope` (such as
   /// `"surfaceOp":"append"`) added beside `type`, `seq`, `time` and `data`. Throws ConfigError,

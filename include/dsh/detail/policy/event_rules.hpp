@@ -86,11 +86,13 @@ inline void check_envelope(const nlohmann::json& envelope) {
   check_envelope(envelope);
   // Member by member rather than an initializer list and update(): the same object (the keys
   // are distinct), for fewer nlohmann instantiations in every includer.
+  // The keys as std::string and the type as a string: the one key and value types the rest of
+  // the library instantiates.
   nlohmann::json event = envelope;
-  event["type"] = type;
-  event["seq"] = seq;
-  event["time"] = now_epoch_ms();
-  event["data"] = std::move(data);
+  event[std::string("type")] = std::string(type);
+  event[std::string("seq")] = seq;
+  event[std::string("time")] = now_epoch_ms();
+  event[std::string("data")] = std::move(data);
   return event;
 }
 
