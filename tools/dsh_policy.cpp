@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -21,8 +22,9 @@
 
 namespace {
 
-constexpr std::string_view USAGE =
-    R"(usage: dsh-policy show LOG [--families LIST] [--escalatable LIST] [--default-mode MODE] [--root DIR] [--json]
+/// The usage text; its vocabulary comes from the library's tables.
+std::string usage() {
+  return R"(usage: dsh-policy show LOG [--families LIST] [--escalatable LIST] [--default-mode MODE] [--root DIR] [--json]
        dsh-policy history LOG
        dsh-policy set LOG MODE
        dsh-policy list --dsh-root DIR [--default-mode MODE]
@@ -40,17 +42,23 @@ in the DSH session store DIR instead (found in every project directory unless CW
   list     every session of the store: id, mode, whether the session or the default set it, log
 
 Options of show (they describe the host, which the log does not record):
-  --families LIST      enforced families, comma-separated (default: filesystem,bash,terminal; "" for none)
+  --families LIST      enforced families, comma-separated (default: )" +
+         dsh::names_of(dsh::FAMILIES, ",", ",") +
+         R"(; "" for none)
   --escalatable LIST   families that offer an approved escalation (default: none)
-  --default-mode MODE  the deployment default mode (default: read-only)
+  --default-mode MODE  the deployment default mode (default: )" +
+         std::string(dsh::to_string(dsh::SandboxMode::read_only)) + R"()
   --root DIR           the fallback workspace root (default: the working directory)
   --json               one JSON object instead of text
 
-MODE is read-only, workspace-write or danger-full-access; a family is filesystem, bash or terminal.
-Opening a log validates every line and cuts off a torn last line (reported on stderr).
+)" + "MODE is " +
+         dsh::names_of(dsh::SANDBOX_MODES, ", ", " or ") + "; a family is " +
+         dsh::names_of(dsh::FAMILIES, ", ", " or ") + ".\n" +
+         R"(Opening a log validates every line and cuts off a torn last line (reported on stderr).
 Exit status: 0 success, 1 refused input (a damaged or forged log, or one that cannot be opened),
 2 usage error.
 )";
+}
 
 /// A mistake in the command line: exit status 2.
 class UsageError : public std::runtime_error {
@@ -249,17 +257,18 @@ struct Switch {
   }
 };
 
-/// Returns the last `sandbox/mode` event of the log, scanning from the end.
+/// Returns the last `sandbox/mode` event of the log: the library's fold walks the log from the
+/// end and stops at the switch it decides by, and the projection keeps that event.
 std::optional<Switch> last_switch(const dsh::SessionLog& log) {
-  const auto events = log.events();
-  for (auto it = events.end(); it != events.begin();) {
-    --it;
-    const nlohmann::json event = *it;
-    if (event.at("type") == dsh::SANDBOX_MODE_EVENT) {
-      return Switch(event);
+  std::optional<Switch> last;
+  (void)dsh::effective_mode(log.events(), [&last](const nlohmann::json& event) {
+    const std::optional<dsh::SandboxMode> mode = dsh::effective_mode(std::span<const nlohmann::json>(&event, 1));
+    if (mode) {
+      last.emplace(event);
     }
-  }
-  return std::nullopt;
+    return mode;
+  });
+  return last;
 }
 
 std::string family_list(dsh::FamilySet families) {
@@ -356,14 +365,17 @@ int list(const std::string& root, dsh::SandboxMode default_mode) {
     std::cout << "no session in the DSH session store " << dsh::json_string_literal(root) << '\n';
     return status;
   }
+  dsh::PolicyConfig config;
+  config.mode = default_mode;
+  const dsh::PolicyOwner owner(config);
   for (const dsh::DshStoredSession& stored : sessions) {
     const std::string where = stored.project + "/" + stored.encoded_id + "/" + stored.path.filename().native();
     try {
       const dsh::SessionLog log = open_log(LogSource{stored.path.native(), stored});
-      const std::optional<dsh::SandboxMode> mode = log.sandbox_mode_override();
-      std::cout << dsh::json_string_literal(log.header().id) << "  " << dsh::to_string(mode.value_or(default_mode))
-                << (mode ? "  session  " : "  default  ") << where << '\n';
-    } catch (const dsh::LogError& error) {
+      const dsh::ResolvedPolicy policy = owner.resolve(log); // the owner's precedence: session, else default
+      std::cout << dsh::json_string_literal(log.header().id) << "  " << dsh::to_string(policy.mode)
+                << (policy.mode_source == dsh::ModeSource::session ? "  session  " : "  default  ") << where << '\n';
+    } catch (const dsh::Error& error) {
       std::cerr << "dsh-policy: " << where << ": " << error.what() << '\n';
       status = 1;
     }
@@ -373,7 +385,7 @@ int list(const std::string& root, dsh::SandboxMode default_mode) {
 
 int run(std::vector<std::string_view> args) {
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << USAGE;
+    std::cout << usage();
     return 0;
   }
   if (args.empty()) {

@@ -63,7 +63,7 @@ void print_usage(std::ostream& out) {
   out << "usage: " << program_name
       << " --log SESSION.jsonl [--approved MODE] [--default MODE] [--keep-env NAME]... "
          "[--isolation off|best-effort|required] [--timeout SECONDS] [--verbose] -- COMMAND...\n"
-      << "MODE is read-only, workspace-write or danger-full-access\n"
+      << "MODE is " << dsh::names_of(dsh::SANDBOX_MODES, ", ", " or ") << "\n"
       << "the command gets this environment without the variables whose names contain KEY, SECRET, TOKEN, "
          "PASSWORD, PASSWD, CREDENTIAL or AUTH (any case); --keep-env NAME passes one on\n"
       << "--timeout SECONDS (a whole number, at least 1) ends the call and everything it started; exit status 124\n";

@@ -122,6 +122,18 @@ inline constexpr std::array<Family, 3> FAMILIES = detail::enum_values<Family>();
 /// Returns "session" or "deployment"; "" for a value outside the enum.
 [[nodiscard]] constexpr std::string_view to_string(RootSource source) noexcept { return detail::enum_name(source); }
 
+/// Returns the names of `values` joined as `separator` joins them, with `last` before the final
+/// one: `names_of(SANDBOX_MODES, ", ", " or ")` is "read-only, workspace-write or
+/// danger-full-access". For texts that list the vocabulary (usage texts) from its tables.
+template <class E, std::size_t N>
+[[nodiscard]] std::string names_of(const std::array<E, N>& values, std::string_view separator, std::string_view last) {
+  std::string text;
+  for (std::size_t i = 0; i < N; ++i) {
+    text.append(i == 0 ? std::string_view() : i + 1 == N ? last : separator).append(to_string(values[i]));
+  }
+  return text;
+}
+
 /// Returns the mode spelled exactly `text` (case-sensitive, no trimming), or nullopt.
 [[nodiscard]] constexpr std::optional<SandboxMode> parse_sandbox_mode(std::string_view text) noexcept {
   return detail::enum_parse<SandboxMode>(text);

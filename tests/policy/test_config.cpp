@@ -207,6 +207,11 @@ TEST_CASE("the vocabulary: one string per value, in canonical order", "[vocabula
   // A value outside the enum has no name.
   CHECK(dsh::to_string(static_cast<SandboxMode>(9)).empty());
   CHECK(dsh::to_string(static_cast<Family>(9)).empty());
+  // The names as the tools' usage texts list them.
+  CHECK(dsh::names_of(dsh::SANDBOX_MODES, ", ", " or ") == "read-only, workspace-write or danger-full-access");
+  CHECK(dsh::names_of(dsh::FAMILIES, ",", ",") == "filesystem,bash,terminal");
+  CHECK(dsh::names_of(std::array<Family, 1>{Family::bash}, ", ", " or ") == "bash");
+  CHECK(dsh::names_of(std::array<Family, 0>{}, ", ", " or ").empty());
 }
 
 TEST_CASE("the vocabulary: parse is exact", "[vocabulary]") {
