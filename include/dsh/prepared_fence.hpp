@@ -499,8 +499,9 @@ namespace dsh::detail {
       for (const auto& [what, path] :
            {std::pair{"the workspace root", root}, std::pair{"the session cwd", options.session_cwd},
             std::pair{"the temporary root", temporary_root_of(options, environment)}}) {
-        if (path.empty() || std::any_of(trusted.begin(), trusted.end(), [&](const std::filesystem::path* done) {
-              return done->native() == path.native();
+        const std::filesystem::path& candidate = path; // a structured binding: clang 14 cannot capture it
+        if (candidate.empty() || std::any_of(trusted.begin(), trusted.end(), [&](const std::filesystem::path* done) {
+              return done->native() == candidate.native();
             })) {
           continue;
         }

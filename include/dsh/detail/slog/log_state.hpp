@@ -187,7 +187,7 @@ public:
     // Taken first, before anything allocates, so that however append ends (memory exhausted
     // included) the caller's tree is destroyed without allocating.
     DisposedJson taken(std::move(data));
-    DisposedJson event(nlohmann::json(nlohmann::json::value_t::object));
+    DisposedJson event{nlohmann::json(nlohmann::json::value_t::object)};
     // The member first, as its own statement: in `a["data"] = std::move(tree)` the right side is
     // evaluated first (C++17), into operator='s by-value parameter, which a failed insertion
     // would then destroy with the allocating destructor.
