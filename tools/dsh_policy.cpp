@@ -367,6 +367,7 @@ int list(const std::string& root, dsh::SandboxMode default_mode) {
   }
   dsh::PolicyConfig config;
   config.mode = default_mode;
+  config.workspace_root = std::filesystem::path(root); // list shows no root: the store's, so the cwd is never read
   const dsh::PolicyOwner owner(config);
   for (const dsh::DshStoredSession& stored : sessions) {
     const std::string where = stored.project + "/" + stored.encoded_id + "/" + stored.path.filename().native();
