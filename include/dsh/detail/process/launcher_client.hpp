@@ -227,16 +227,26 @@ public:
   /// none runs, when it runs for another process (this one was forked), or when the calling
   /// thread's `launch_fingerprint` differs from the one it was started with (it is then
   /// stopped and started again from this thread). A launcher that cannot be reached is started
-  /// again once. Stores the calling process's umask in `mask` (read with the fingerprint).
-  /// Returns "" when the launcher took the call, otherwise why not (also kept as the state's
-  /// problem); nothing was started then. Throws only std::bad_alloc.
+  /// again once. Stores the calling process's umask in `mask` (read with the fingerprint) when
+  /// a launcher is configured. Returns "" when the launcher took the call, otherwise why not
+  /// (also kept as the state's problem); nothing was started then. Throws only std::bad_alloc.
   [[nodiscard]] std::string hand_over(int control, ::mode_t& mask) {
 #if defined(__linux__)
-    const std::string print = launch_fingerprint(mask);
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (program_.empty()) {
+    const auto unconfigured = [this] {
       return problem_ = "no launcher is configured (dsh::FenceLauncher::use, or the build's "
                         "DSH_SANDBOX_POLICY_LAUNCHER)";
+    };
+    {
+      // The fingerprint costs a read of /proc and ~25 system calls: not for a call that forks.
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (program_.empty()) {
+        return unconfigured();
+      }
+    }
+    const std::string print = launch_fingerprint(mask);
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (program_.empty()) { // configured away meanwhile
+      return unconfigured();
     }
     if (owner_ != ::getpid()) {
       // A forked copy of the host: the launcher is its parent's, never its child.
