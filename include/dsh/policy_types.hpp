@@ -111,7 +111,10 @@ struct ResolvedPolicy {
   /// A path check is only as good as the moment it runs: the filesystem can change between
   /// this check and the write (time of check / time of use). Open beneath the root with the
   /// kernel's help (`dsh::open_beneath` in <dsh/open_beneath.hpp>) where that matters.
-  [[nodiscard]] bool permits_write(const std::filesystem::path& target) const {
+  /// A member template only so that the scan is compiled where a write is checked: call it as
+  /// `policy.permits_write(target)` (`Unused` is always void; its address is
+  /// `&ResolvedPolicy::permits_write<>`).
+  template <class Unused = void> [[nodiscard]] bool permits_write(const std::filesystem::path& target) const {
     switch (mode) {
     case SandboxMode::danger_full_access:
       return true;
@@ -121,7 +124,7 @@ struct ResolvedPolicy {
       }
       const std::filesystem::path canonical = canonical_path(target.is_absolute() ? target : workspace_root / target);
       return detail::is_within(canonical, workspace_root) &&
-             !detail::protected_refusal(workspace_root, protected_paths, canonical);
+             !detail::protected_refusal<Unused>(workspace_root, protected_paths, canonical);
     }
     case SandboxMode::read_only:
       break;
@@ -135,8 +138,10 @@ struct ResolvedPolicy {
 /// `open_for_write` and the fence's namespace layer refuse, as the filesystem is now, in the
 /// order the scan finds them. Throws ProtectedPathError naming the path, the expectation and
 /// what was found when the list cannot be known (writes beneath the root are then refused).
-[[nodiscard]] inline std::vector<detail::ProtectedEntry> protected_paths(const ResolvedPolicy& policy) {
-  detail::ProtectedScan scan = detail::protected_entries(policy.workspace_root, policy.protected_paths);
+/// A template for the reason `permits_write` is one: call it as `dsh::protected_paths(policy)`.
+template <class Unused = void>
+[[nodiscard]] std::vector<detail::ProtectedEntry> protected_paths(const ResolvedPolicy& policy) {
+  detail::ProtectedScan scan = detail::protected_entries<Unused>(policy.workspace_root, policy.protected_paths);
   if (!scan.problem.empty()) {
     throw ProtectedPathError(scan.problem, scan.error);
   }

@@ -105,9 +105,14 @@ inline constexpr std::string_view PROTECTED_GIT_RULE = ".git";
 
 /// The one scan behind `protected_entries`: a few lstat calls for a plain repository, a read of
 /// each pointer and commondir file, and a walk of `modules/` and `worktrees/`.
-class ProtectedScanner {
+// A template only so that it is compiled where a scan is made: <dsh/sandbox_policy.hpp> reaches
+// this header through `ResolvedPolicy::permits_write`, and a translation unit that never checks
+// a write (most that resolve a policy) then parses the scan but instantiates none of it, about a
+// twentieth of its compile time (docs/performance.md#compile-time). `Unused` is always void.
+template <class Unused = void> class BasicProtectedScanner {
 public:
-  ProtectedScanner(const std::filesystem::path& root, const ProtectedPathRules& rules) : root_(root), rules_(rules) {}
+  BasicProtectedScanner(const std::filesystem::path& root, const ProtectedPathRules& rules)
+      : root_(root), rules_(rules) {}
 
   /// Runs the scan once.
   [[nodiscard]] ProtectedScan run() {
@@ -620,10 +625,10 @@ private:
 /// once. Returns the scan with `problem` set (and no entry) when the list cannot be known: a
 /// pointer or commondir file git would follow that cannot be read or does not name a git
 /// directory, a symbolic link on the way to an entry, a path that cannot be examined. Never throws
-/// but std::bad_alloc.
-[[nodiscard]] inline ProtectedScan protected_entries(const std::filesystem::path& root,
-                                                     const ProtectedPathRules& rules) {
-  return ProtectedScanner(root, rules).run();
+/// but std::bad_alloc. (`Unused` is always void: see `BasicProtectedScanner`.)
+template <class Unused = void>
+[[nodiscard]] ProtectedScan protected_entries(const std::filesystem::path& root, const ProtectedPathRules& rules) {
+  return BasicProtectedScanner<Unused>(root, rules).run();
 }
 
 /// The entry of `scan` that refuses a write to the canonical `target`: one it is or lies
@@ -663,13 +668,15 @@ protected_refusal(const ProtectedScan& scan, const std::filesystem::path& root, 
 }
 
 /// `protected_refusal` of a scan made now: the filesystem's answer as it is at this call.
-[[nodiscard]] inline std::optional<std::string> protected_refusal(const std::filesystem::path& root,
-                                                                  const ProtectedPathRules& rules,
-                                                                  const std::filesystem::path& target) {
+/// (`Unused` is always void: see `BasicProtectedScanner`.)
+template <class Unused = void>
+[[nodiscard]] std::optional<std::string> protected_refusal(const std::filesystem::path& root,
+                                                           const ProtectedPathRules& rules,
+                                                           const std::filesystem::path& target) {
   if (!rules.defaults && rules.extra.empty()) {
     return std::nullopt;
   }
-  return protected_refusal(protected_entries(root, rules), root, target);
+  return protected_refusal(protected_entries<Unused>(root, rules), root, target);
 }
 
 /// The protected file entry of `scan` that is the same file as the open `fd` (a hard link to
