@@ -108,7 +108,7 @@ inline constexpr std::string_view PROTECTED_GIT_RULE = ".git";
 // A template only so that it is compiled where a scan is made: <dsh/sandbox_policy.hpp> reaches
 // this header through `ResolvedPolicy::permits_write`, and a translation unit that never checks
 // a write (most that resolve a policy) then parses the scan but instantiates none of it, about a
-// twentieth of its compile time (docs/performance.md#compile-time). `Unused` is always void.
+// twentieth of its compile time (docs/performance.md, "Compile time"). `Unused` is always void.
 template <class Unused = void> class BasicProtectedScanner {
 public:
   BasicProtectedScanner(const std::filesystem::path& root, const ProtectedPathRules& rules)
