@@ -63,7 +63,9 @@ struct PolicyConfig {
   /// a wrong type, a mode outside the vocabulary, an empty root or one holding NUL, a label
   /// that is empty or holds a control character or `"`, a name outside the default list, and
   /// an extra path that is empty, holds NUL or a ".." component, or names the root itself.
-  [[nodiscard]] static PolicyConfig from_json(const nlohmann::json& json) {
+  // A template (the parameter is unused) so that only a file that reads a configuration
+  // instantiates the JSON walk.
+  template <class Unused = void> [[nodiscard]] static PolicyConfig from_json(const nlohmann::json& json) {
     if (!json.is_object()) {
       throw ConfigError(detail::expectation_message("PolicyConfig", "a JSON object", json));
     }
@@ -72,13 +74,13 @@ struct PolicyConfig {
       if (key == "mode") {
         config.mode = detail::enum_from_json<SandboxMode>(value, "PolicyConfig key \"mode\"");
       } else if (key == "workspaceRoot") {
-        config.workspace_root = detail::config_string(value, key);
+        config.workspace_root = detail::config_string<Unused>(value, key);
         detail::require_valid_root(*config.workspace_root);
       } else if (key == "hostLabel") {
-        config.host_label = detail::config_string(value, key);
+        config.host_label = detail::config_string<Unused>(value, key);
         detail::require_valid_label(config.host_label);
       } else if (key == "protectedPaths") {
-        config.protected_paths = detail::protected_rules_from_json(value);
+        config.protected_paths = detail::protected_rules_from_json<Unused>(value);
       } else {
         throw ConfigError(detail::expectation_message(
             "PolicyConfig", "only the keys \"mode\", \"workspaceRoot\", \"hostLabel\" and \"protectedPaths\"", key));

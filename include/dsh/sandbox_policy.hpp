@@ -165,7 +165,7 @@ public:
 
   /// Appends `{"type":type,"seq":<number of events>,"time":<now>,"data":data}`. Throws
   /// InvariantViolation, leaving the session unchanged, when it is a forged `sandbox/mode` event.
-  void append(std::string_view type, nlohmann::json data) {
+  template <class Unused = void> void append(std::string_view type, nlohmann::json data) {
     // value_t::object rather than json::object(): the same empty object, without instantiating
     // the initializer-list constructor in every includer.
     append(type, std::move(data), nlohmann::json(nlohmann::json::value_t::object));
@@ -174,8 +174,9 @@ public:
   /// Appends like `append(type, data)` with the members of `envelope` (such as
   /// `"surfaceOp":"append"`) added beside `type`, `seq`, `time` and `data`. Throws ConfigError,
   /// leaving the session unchanged, when `envelope` is not an object or names one of those four.
+  template <class Unused = void>
   void append(std::string_view type, nlohmann::json data, const nlohmann::json& envelope) {
-    nlohmann::json event = detail::make_event(type, events_.size(), std::move(data), envelope);
+    nlohmann::json event = detail::make_event<Unused>(type, events_.size(), std::move(data), envelope);
     const std::optional<SandboxMode> mode = detail::switched_mode(event);
     events_.push_back(std::move(event));
     if (mode) {

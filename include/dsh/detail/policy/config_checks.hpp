@@ -50,7 +50,8 @@ inline void require_valid_mode(SandboxMode mode) {
 }
 
 /// Returns the string value of a configuration key; throws ConfigError if it is not a string.
-[[nodiscard]] inline const std::string& config_string(const nlohmann::json& value, std::string_view key) {
+template <class Unused = void>
+[[nodiscard]] const std::string& config_string(const nlohmann::json& value, std::string_view key) {
   if (!value.is_string()) {
     throw ConfigError(expectation_message("PolicyConfig key \"" + std::string(key) + "\"", "a string", value));
   }
@@ -84,7 +85,7 @@ inline void require_valid_protected_rules(const ProtectedPathRules& rules) {
 /// Reads the value of the configuration key "protectedPaths": an object with the optional keys
 /// "defaults" (a boolean), "disable" (an array of default names) and "extra" (an array of
 /// paths). Throws ConfigError naming the key, the expectation and the value otherwise.
-[[nodiscard]] inline ProtectedPathRules protected_rules_from_json(const nlohmann::json& json) {
+template <class Unused = void> [[nodiscard]] ProtectedPathRules protected_rules_from_json(const nlohmann::json& json) {
   constexpr std::string_view expected_object =
       "an object with the optional keys \"defaults\", \"disable\" and \"extra\"";
   if (!json.is_object()) {
@@ -109,7 +110,7 @@ inline void require_valid_protected_rules(const ProtectedPathRules& rules) {
       if (!value.is_boolean()) {
         throw ConfigError(expectation_message("PolicyConfig key \"protectedPaths.defaults\"", "a boolean", value));
       }
-      rules.defaults = value.get<bool>();
+      rules.defaults = value.template get<bool>();
     } else if (key == "disable") {
       rules.disabled_defaults = strings(value, key);
     } else if (key == "extra") {

@@ -171,7 +171,7 @@ private:
 
   void fail(std::string_view context, std::string_view expected, const std::string& found, int error = 0) {
     if (scan_.problem.empty()) {
-      scan_.problem = expectation_message(context, expected, nlohmann::json(found));
+      scan_.problem = expectation_message(context, expected, found);
       if (error != 0) {
         scan_.error = std::error_code(error, std::generic_category());
       }

@@ -20,4 +20,16 @@ namespace dsh::detail {
   return message;
 }
 
+/// Returns `expectation_message(context, expected, nlohmann::json(found))` without building the
+/// JSON value: the string written as compact JSON writes it.
+// Most refusals quote a string; converting it to a JSON value costs every includer nlohmann's
+// converting constructor at -O2.
+[[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
+                                                     const std::string& found) {
+  std::string message;
+  message.append(context).append(": expected ").append(expected).append("; found ");
+  append_json_string(message, found);
+  return message;
+}
+
 } // namespace dsh::detail
