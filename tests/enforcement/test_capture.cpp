@@ -13,6 +13,7 @@
 
 #include <array>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,14 +53,20 @@ std::string summary(const CommandOutput& output) {
   return text + " | " + output.err;
 }
 
+/// Runs `check` with the base fence of each fenced mode over `lab`.
+void over_fenced_modes(const Lab& lab, const std::function<void(const dsh::PreparedFence&)>& check) {
+  for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+    CAPTURE(dsh::to_string(mode));
+    check(dsh::test::prepare_base(lab.policy(mode)));
+  }
+}
+
 } // namespace
 
 TEST_CASE("capture returns the status, stdout and stderr exactly") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
-    CAPTURE(dsh::to_string(mode));
-    const dsh::PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+  over_fenced_modes(lab, [&](const dsh::PreparedFence& fence) {
     const CommandOutput output = captured(fence, "printf 'one\\ntwo'; printf 'warn\\n' >&2; exit 3", lab.workspace());
     CHECK(output.status == 3);
     CHECK(output.out == "one\ntwo");
@@ -67,7 +74,7 @@ TEST_CASE("capture returns the status, stdout and stderr exactly") {
     CHECK_FALSE(output.truncated);
     CHECK_FALSE(output.denied);
     CHECK(output.denied_paths.empty());
-  }
+  });
 }
 
 TEST_CASE("capture cuts each stream at max_bytes and sets truncated; output of exactly max_bytes is whole") {
@@ -175,9 +182,7 @@ TEST_CASE("capture reports a write the fence refused as denied, with the exact p
 TEST_CASE("capture never reports an ordinary failure as denied") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
-    CAPTURE(dsh::to_string(mode));
-    const dsh::PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+  over_fenced_modes(lab, [&](const dsh::PreparedFence& fence) {
     const CommandOutput listed = captured(fence, "ls missing-dir", lab.workspace());
     CHECK(listed.status == 2);
     CHECK(listed.err == "ls: cannot access 'missing-dir': No such file or directory\n");
@@ -190,7 +195,7 @@ TEST_CASE("capture never reports an ordinary failure as denied") {
     const CommandOutput killed = captured(fence, "kill -0 1", lab.workspace());
     CHECK(killed.status == 1);
     CHECK_FALSE(killed.denied);
-  }
+  });
 }
 
 TEST_CASE("capture: a file the permissions refuse is not a fence denial (an unprivileged host)") {

@@ -3,6 +3,7 @@
 // class itself and on real commands run under a real fence (docs/enforcement.md, "What a fenced
 // command runs in").
 #include "support/landlock.hpp"
+#include "support/scoped.hpp"
 
 #include <dsh/detail/process/command_environment.hpp>
 #include <dsh/landlock.hpp>
@@ -151,16 +152,6 @@ std::string fenced_value(const PreparedFence& fence, const std::string& name,
   return output.out;
 }
 
-/// The message of the ConfigError `call` throws, or "<no error>".
-std::string config_error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const dsh::ConfigError& error) {
-    return error.what();
-  }
-  return "<no error>";
-}
-
 } // namespace
 
 TEST_CASE("a name looks like a credential when it contains KEY, SECRET, TOKEN, PASSWORD, PASSWD, CREDENTIAL or AUTH") {
@@ -248,18 +239,23 @@ TEST_CASE("bad names and values are refused with a message naming the input, the
   FencedCommand command({"env"});
   const Entries before = command.environment();
   const std::string name_rule = ": expected a variable name: not empty, without '=' or NUL; found ";
-  CHECK(config_error_of([&] { command.set_env("", "v"); }) == "FencedCommand::set_env" + name_rule + "\"\"");
-  CHECK(config_error_of([&] { command.set_env("A=B", "v"); }) == "FencedCommand::set_env" + name_rule + "\"A=B\"");
-  CHECK(config_error_of([&] { command.set_env(std::string("A\0B", 3), "v"); }) ==
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.set_env("", "v"); }) ==
+        "FencedCommand::set_env" + name_rule + "\"\"");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.set_env("A=B", "v"); }) ==
+        "FencedCommand::set_env" + name_rule + "\"A=B\"");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.set_env(std::string("A\0B", 3), "v"); }) ==
         "FencedCommand::set_env" + name_rule + "\"A\\u0000B\"");
-  CHECK(config_error_of([&] { command.unset_env("="); }) == "FencedCommand::unset_env" + name_rule + "\"=\"");
-  CHECK(config_error_of([&] { command.unset_env(""); }) == "FencedCommand::unset_env" + name_rule + "\"\"");
-  CHECK(config_error_of([&] { command.keep_env("MY_API_KEY=x"); }) ==
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.unset_env("="); }) ==
+        "FencedCommand::unset_env" + name_rule + "\"=\"");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.unset_env(""); }) ==
+        "FencedCommand::unset_env" + name_rule + "\"\"");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.keep_env("MY_API_KEY=x"); }) ==
         "FencedCommand::keep_env" + name_rule + "\"MY_API_KEY=x\"");
-  CHECK(config_error_of([&] { command.keep_env(std::string(1, '\0')); }) ==
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { command.keep_env(std::string(1, '\0')); }) ==
         "FencedCommand::keep_env" + name_rule + "\"\\u0000\"");
   // A value may be a secret: the message says where the NUL is, and never shows the value.
-  const std::string message = config_error_of([&] { command.set_env("MY_API_KEY", std::string("sk-\0test", 8)); });
+  const std::string message =
+      dsh::test::thrown_message<dsh::ConfigError>([&] { command.set_env("MY_API_KEY", std::string("sk-\0test", 8)); });
   CHECK(message == "FencedCommand::set_env value of \"MY_API_KEY\": expected a value without NUL; found a NUL at "
                    "byte 3 of 8 (the value is not shown: it may be a secret)");
   CHECK(command.environment() == before);

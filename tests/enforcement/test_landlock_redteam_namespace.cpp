@@ -38,23 +38,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-using dsh::FencedCommand;
-using dsh::FenceOptions;
-using dsh::Isolation;
-using dsh::LandlockError;
-using dsh::PreparedFence;
-using dsh::SandboxMode;
-using dsh::test::as_host;
-using dsh::test::control_shell;
-using dsh::test::exists_nofollow;
-using dsh::test::hand_to_nobody;
-using dsh::test::Lab;
-using dsh::test::open_lab_to_nobody;
-using dsh::test::read_file;
-using dsh::test::shell;
-using dsh::test::Shell;
-using dsh::test::shell_argv;
-using dsh::test::write_file;
+using namespace dsh;
+using namespace dsh::test;
 
 namespace {
 
@@ -73,6 +58,15 @@ const char* name_of(Host host) {
     break;
   }
   return "uid 65534 without user namespaces";
+}
+
+/// Runs `attempt` once for each host, each in a fresh lab.
+void over_hosts(const std::function<void(Host, const Lab&)>& attempt) {
+  for (const Host host : hosts) {
+    CAPTURE(name_of(host));
+    const Lab lab;
+    attempt(host, lab);
+  }
 }
 
 /// True when `host` gets the namespace layer in best-effort on this machine.
@@ -210,29 +204,23 @@ private:
 /// A directory with a short path (a unix socket's address holds at most 107 bytes) outside
 /// every temporary area and outside the runtime directory, owned by `owner`; removed with
 /// everything in it on destruction.
-class ShortDirectory {
+class ShortDirectory : public TempDir {
 public:
-  explicit ShortDirectory(::uid_t owner) {
-    for (const char* base : {"/var/lib", "/opt", "/srv"}) {
-      std::string pattern = std::string(base) + "/dsh-rt-XXXXXX";
-      if (::mkdtemp(pattern.data()) != nullptr) {
-        path_ = pattern;
-        break;
-      }
-    }
-    REQUIRE_FALSE(path_.empty());
-    REQUIRE(::chown(path_.c_str(), owner, owner) == 0);
+  explicit ShortDirectory(::uid_t owner) : TempDir(short_parent()) {
+    REQUIRE(::chown(path().c_str(), owner, owner) == 0);
   }
-  ShortDirectory(const ShortDirectory&) = delete;
-  ShortDirectory& operator=(const ShortDirectory&) = delete;
-  ~ShortDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
 
 private:
-  std::filesystem::path path_;
+  /// The first of the short system directories this host may create a directory in.
+  static std::filesystem::path short_parent() {
+    for (const char* base : {"/var/lib", "/opt", "/srv"}) {
+      if (::access(base, W_OK | X_OK) == 0) {
+        return base;
+      }
+    }
+    FAIL("none of /var/lib, /opt and /srv is writable");
+    return {};
+  }
 };
 
 /// A copy of the socket client in `lab`'s base, where every host can run it and the namespace
@@ -293,9 +281,7 @@ std::string run_exec_in_child(const PreparedFence& fence, const std::vector<std:
 
 TEST_CASE("namespace: git plants in an existing repository are refused alike by the write tool, bash and terminal") {
   DSH_REQUIRE_LANDLOCK();
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     const std::filesystem::path marker = lab.outside() / "planted";
     make_repository(lab, marker);
     if (host != Host::root) {
@@ -349,7 +335,7 @@ TEST_CASE("namespace: git plants in an existing repository are refused alike by 
       CHECK(seen.find("bash:\n0 fsmonitor planted\n") != std::string::npos);
       CHECK(git_snapshot(lab.workspace()) != before);
     }
-  }
+  });
 }
 
 TEST_CASE("namespace: the same plants under the base fence alone succeed (the control)") {
@@ -365,9 +351,7 @@ TEST_CASE("namespace: the same plants under the base fence alone succeed (the co
 
 TEST_CASE("namespace: a fresh git init in the workspace cannot be filled with a hook or a configuration") {
   DSH_REQUIRE_LANDLOCK();
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     const std::filesystem::path marker = lab.outside() / "planted";
     if (host != Host::root) {
       open_lab_to_nobody(lab);
@@ -396,7 +380,7 @@ echo ran)";
       CHECK(hook); // the documented limit of the base fence
       CHECK(configured);
     }
-  }
+  });
 }
 
 /// Makes the workspace root a git directory of its own, as git finds a bare repository where
@@ -479,9 +463,7 @@ TEST_CASE("namespace: a tmux server of the host's, under the host's /tmp, cannot
   if (control_shell("command -v tmux", ".") != 0) {
     DSH_TEST_SKIP("tmux is not installed");
   }
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     const std::filesystem::path marker = lab.outside() / "tmux-ran";
     if (host != Host::root) {
       open_lab_to_nobody(lab);
@@ -512,14 +494,12 @@ TEST_CASE("namespace: a tmux server of the host's, under the host's /tmp, cannot
     });
     CHECK(seen ==
           std::string("off: tmux 0\nran\nbest-effort: ") + (layered(host) ? "tmux 1\ndid not run\n" : "tmux 0\nran\n"));
-  }
+  });
 }
 
 TEST_CASE("namespace: listening sockets in the user's runtime directory and the host's /tmp are out of reach") {
   DSH_REQUIRE_LANDLOCK();
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     const std::filesystem::path client = install_client(lab);
     if (host != Host::root) {
       open_lab_to_nobody(lab);
@@ -552,7 +532,7 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
     const std::string refused = layered(host) ? "best-effort 1 connect: No such file or directory\nreached 0\n"
                                               : "best-effort 0 sent\nreached 1\n";
     CHECK(seen == "off 0 sent\nreached 1\n" + refused + "off 0 sent\nreached 1\n" + refused);
-  }
+  });
 }
 
 // The open limit below Landlock ABI 9: a socket in a directory the layer keeps in view (neither
@@ -579,9 +559,7 @@ TEST_CASE("limit: below Landlock ABI 9 a listening socket left in view is reache
 
 TEST_CASE("namespace: a host process is neither seen through /proc nor signalled") {
   DSH_REQUIRE_LANDLOCK();
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     if (host != Host::root) {
       open_lab_to_nobody(lab);
     }
@@ -611,7 +589,7 @@ n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; test $n -le 4 && echo "own tree
     CHECK(seen ==
           std::string("off: seen\nnot signalled\nmore processes\nbest-effort: ") +
               (layered(host) ? "hidden\nnot signalled\nown tree only\n" : "seen\nnot signalled\nmore processes\n"));
-  }
+  });
 }
 
 // =============================================================================================
@@ -620,9 +598,7 @@ n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; test $n -le 4 && echo "own tree
 
 TEST_CASE("namespace: a command can neither chmod nor lock its own session log") {
   DSH_REQUIRE_LANDLOCK();
-  for (const Host host : hosts) {
-    CAPTURE(name_of(host));
-    const Lab lab;
+  over_hosts([&](const Host host, const Lab& lab) {
     const std::filesystem::path logs = lab.outside() / "logs";
     std::filesystem::create_directory(logs);
     const std::filesystem::path log = logs / "session.jsonl";
@@ -687,7 +663,7 @@ TEST_CASE("namespace: a command can neither chmod nor lock its own session log")
       CHECK(seen.find("chmod changed") != std::string::npos); // the base fence's documented limit
     }
     CHECK(read_file(log) == bytes);
-  }
+  });
 }
 
 // =============================================================================================

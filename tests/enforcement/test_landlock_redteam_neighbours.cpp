@@ -15,6 +15,9 @@
 // test process's own $TMPDIR, $XDG_RUNTIME_DIR or loader variables cannot change a guard.
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
+#include "support/scoped.hpp"
+#include "support/session_log.hpp"
+#include "support/terminal.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -49,33 +52,9 @@
 #include <termios.h>
 #include <unistd.h>
 
-using dsh::FencedChild;
-using dsh::FencedCommand;
-using dsh::FenceOptions;
-using dsh::json_string_literal;
-using dsh::LandlockError;
-using dsh::PreparedFence;
-using dsh::SandboxMode;
+using namespace dsh;
 using dsh::detail::HostEnvironment;
-using dsh::test::as_host;
-using dsh::test::control_shell;
-using dsh::test::errno_of;
-using dsh::test::exists_nofollow;
-using dsh::test::fenced;
-using dsh::test::hand_to_nobody;
-using dsh::test::host_table;
-using dsh::test::Lab;
-using dsh::test::nobody;
-using dsh::test::open_lab_to_nobody;
-using dsh::test::over_host_table;
-using dsh::test::read_file;
-using dsh::test::shell;
-using dsh::test::Shell;
-using dsh::test::shell_argv;
-using dsh::test::TempDir;
-using dsh::test::uid_of_host;
-using dsh::test::unfenced;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 
@@ -186,40 +165,13 @@ private:
   std::vector<std::filesystem::path> made_;
 };
 
-/// A session log switched to workspace-write, and `forged`: the `sandbox/mode` line that,
-/// appended, switches it to danger-full-access (made on a copy, whose resolution proves it).
-struct SessionFile {
-  std::filesystem::path path;
-  std::string bytes;
-  std::string forged;
-
-  SessionFile(std::filesystem::path log, const std::string& id, const std::filesystem::path& cwd)
-      : path(std::move(log)) {
-    {
-      dsh::SessionLog created = dsh::SessionLog::create(path, {id, cwd.string(), 1764480000000});
-      dsh::set_sandbox_mode(created, SandboxMode::workspace_write);
-    }
-    bytes = read_file(path);
-    const std::filesystem::path copy = path.string() + ".forgery";
-    write_file(copy, bytes);
-    {
-      dsh::SessionLog control = dsh::SessionLog::open(copy);
-      dsh::set_sandbox_mode(control, SandboxMode::danger_full_access);
-    }
-    forged = read_file(copy).substr(bytes.size());
-    std::filesystem::remove(copy);
-  }
+/// A session's log and its forged switch (`ForgeableLog`), for the sessions beside the call.
+struct SessionFile : ForgeableLog {
+  using ForgeableLog::ForgeableLog;
 
   /// The mode a host resolves after `forged` is appended to a copy of the log: the forgery is
   /// a real attack when this is danger-full-access.
-  [[nodiscard]] SandboxMode mode_after_forgery() const {
-    const std::filesystem::path copy = path.string() + ".forgery";
-    write_file(copy, bytes + forged);
-    const dsh::PolicyOwner owner;
-    const SandboxMode mode = owner.resolve(dsh::SessionLog::open(copy)).mode;
-    std::filesystem::remove(copy);
-    return mode;
-  }
+  [[nodiscard]] SandboxMode mode_after_forgery() const { return mode_of_copy(bytes + forged); }
 };
 
 /// The grants of `report`, one line each ("<path> <rights>"), then its temporary directory.
@@ -823,37 +775,6 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
 
 namespace {
 
-/// A pseudo-terminal pair of the given size, made with openpty.
-class Pty {
-public:
-  Pty(unsigned short rows, unsigned short columns) {
-    winsize size{};
-    size.ws_row = rows;
-    size.ws_col = columns;
-    int master = -1;
-    int slave = -1;
-    if (::openpty(&master, &slave, nullptr, nullptr, &size) != 0) {
-      throw std::system_error(errno, std::generic_category(), "openpty");
-    }
-    master_.reset(master);
-    slave_.reset(slave);
-    std::array<char, 128> name{};
-    if (::ptsname_r(master, name.data(), name.size()) != 0) {
-      throw std::system_error(errno, std::generic_category(), "ptsname_r");
-    }
-    name_ = name.data();
-  }
-  [[nodiscard]] int master() const noexcept { return master_.get(); }
-  [[nodiscard]] int slave() const noexcept { return slave_.get(); }
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
-  void close_slave() noexcept { slave_.reset(); }
-
-private:
-  dsh::UniqueFd master_;
-  dsh::UniqueFd slave_;
-  std::string name_;
-};
-
 /// The settings of a terminal that a hostile command would change, as text for comparisons.
 std::string terminal_state(int fd) {
   termios modes{};
@@ -907,6 +828,11 @@ public:
       }
     }
     return true;
+  }
+  /// Types `keys`, then reads until the screen shows `text` (as `shows`).
+  bool answers(const std::string& keys, const std::string& text) {
+    type(keys);
+    return shows(text);
   }
   /// Reads until the terminal closes.
   void read_to_end() {
@@ -1213,47 +1139,35 @@ TEST_CASE("neighbours: interactive programs work on the command's own terminal, 
     FencedChild child = interactive_shell(fence, own, lab.workspace(), user.name());
     Screen screen(own.master());
     // Each marker is split by "" in the typed line, so only the command's output can show it.
-    screen.type("echo \"size=$(stty size)\"\n");
-    CHECK(screen.shows("size=24 200"));
+    CHECK(screen.answers("echo \"size=$(stty size)\"\n", "size=24 200"));
     screen.type("echo \"devsize=$(stty size </dev/tty)\"\n"); // the terminal reopened by name
     CHECK(screen.shows("devsize=24 200"));
-    screen.type("stty -echo; stty -a | grep -o -- -echo | head -n 1 | sed 's/^/state/'; stty echo\n");
-    CHECK(screen.shows("state-echo"));
-    screen.type("echo \"restored=$(stty -a | grep -c -- ' echo ')\"\n");
-    CHECK(screen.shows("restored=1"));
-    screen.type("echo \"devtty-h\"\"i\" > /dev/tty; echo \"devtty=$?\"\n");
-    CHECK(screen.shows("devtty-hi"));
+    CHECK(screen.answers("stty -echo; stty -a | grep -o -- -echo | head -n 1 | sed 's/^/state/'; stty echo\n",
+                         "state-echo"));
+    CHECK(screen.answers("echo \"restored=$(stty -a | grep -c -- ' echo ')\"\n", "restored=1"));
+    CHECK(screen.answers("echo \"devtty-h\"\"i\" > /dev/tty; echo \"devtty=$?\"\n", "devtty-hi"));
     CHECK(screen.shows("devtty=0"));
     if (installed("less")) {
-      screen.type("less notes.txt; echo \"less=$?\"\n");
-      CHECK(screen.shows("notes-line-2"));
-      screen.type("q");
-      CHECK(screen.shows("less=0"));
+      CHECK(screen.answers("less notes.txt; echo \"less=$?\"\n", "notes-line-2"));
+      CHECK(screen.answers("q", "less=0"));
     } else {
       WARN("less is not installed: the pager step is left out");
     }
     if (installed("vim")) {
-      screen.type("vim -u NONE -i NONE -n -N notes.txt; echo \"vim=$?\"\n");
-      CHECK(screen.shows("notes-line-2"));
-      screen.type(":q!\r");
-      CHECK(screen.shows("vim=0"));
+      CHECK(screen.answers("vim -u NONE -i NONE -n -N notes.txt; echo \"vim=$?\"\n", "notes-line-2"));
+      CHECK(screen.answers(":q!\r", "vim=0"));
     } else {
       WARN("vim is not installed: the editor step is left out");
     }
     // Job control: the shell leads the terminal's foreground group and signals its jobs.
-    screen.type("echo \"monitor=$(set -o | grep -c 'monitor.*on')\"\n");
-    CHECK(screen.shows("monitor=1"));
-    screen.type("sleep 5 & jobs; kill %1; wait %1; echo \"killed=$?\"\n");
-    CHECK(screen.shows("Running"));
+    CHECK(screen.answers("echo \"monitor=$(set -o | grep -c 'monitor.*on')\"\n", "monitor=1"));
+    CHECK(screen.answers("sleep 5 & jobs; kill %1; wait %1; echo \"killed=$?\"\n", "Running"));
     CHECK(screen.shows("killed=143"));
     CHECK(screen.text().find("no job control") == std::string::npos);
     // The user's terminal, by name: neither its settings, its size nor its screen.
-    screen.type("stty -F \"$USER_TTY\" -echo -icanon; echo \"other-stty=$?\"\n");
-    CHECK(screen.shows("other-stty=1"));
-    screen.type("stty -F \"$USER_TTY\" rows 1 cols 1; echo \"other-size=$?\"\n");
-    CHECK(screen.shows("other-size=1"));
-    screen.type("echo typed > \"$USER_TTY\"; echo \"other-write=$?\"\n");
-    CHECK(screen.shows("other-write=1"));
+    CHECK(screen.answers("stty -F \"$USER_TTY\" -echo -icanon; echo \"other-stty=$?\"\n", "other-stty=1"));
+    CHECK(screen.answers("stty -F \"$USER_TTY\" rows 1 cols 1; echo \"other-size=$?\"\n", "other-size=1"));
+    CHECK(screen.answers("echo typed > \"$USER_TTY\"; echo \"other-write=$?\"\n", "other-write=1"));
     screen.type("exit 3\n");
     screen.read_to_end();
     CAPTURE(screen.text());
@@ -1271,12 +1185,9 @@ TEST_CASE("neighbours: interactive programs work on the command's own terminal, 
   const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), none);
   FencedChild child = interactive_shell(fence, own, lab.workspace(), user.name());
   Screen screen(own.master());
-  screen.type("echo \"size=$(stty size)\"\n");
-  CHECK(screen.shows("size=24 200"));
-  screen.type("stty size </dev/tty 2>/dev/null; echo \"devsize=$?\"\n");
-  CHECK(screen.shows("devsize=1"));
-  screen.type("echo x > /dev/tty; echo \"devtty=$?\"\n");
-  CHECK(screen.shows("devtty=1"));
+  CHECK(screen.answers("echo \"size=$(stty size)\"\n", "size=24 200"));
+  CHECK(screen.answers("stty size </dev/tty 2>/dev/null; echo \"devsize=$?\"\n", "devsize=1"));
+  CHECK(screen.answers("echo x > /dev/tty; echo \"devtty=$?\"\n", "devtty=1"));
   screen.type("exit\n");
   screen.read_to_end();
   CAPTURE(screen.text());
@@ -1381,27 +1292,6 @@ TEST_CASE("neighbours: loader directories inside the workspace refuse workspace-
   CHECK(fenced(granted, [&] { return create(out / "lib" / "libzstd.so.1"); }) == 0);
   CHECK(fenced(granted, [&] { return create(ws / "lib" / "libzstd.so.1"); }) == 0);
 }
-
-namespace {
-
-/// Changes the working directory for its lifetime.
-class WorkingDirectory {
-public:
-  explicit WorkingDirectory(const std::filesystem::path& directory) : previous_(std::filesystem::current_path()) {
-    std::filesystem::current_path(directory);
-  }
-  WorkingDirectory(const WorkingDirectory&) = delete;
-  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
-  ~WorkingDirectory() {
-    std::error_code ignored;
-    std::filesystem::current_path(previous_, ignored);
-  }
-
-private:
-  std::filesystem::path previous_;
-};
-
-} // namespace
 
 TEST_CASE("neighbours: an empty LD_LIBRARY_PATH entry guards the working directory, $ORIGIN/../lib the host's lib") {
   DSH_REQUIRE_LANDLOCK();

@@ -9,6 +9,7 @@
 // Nothing here assumes /tmp is granted: the tests ask the report (the build tree itself may
 // live under /tmp, and then /tmp holds the host executable and is never granted).
 #include "support/landlock.hpp"
+#include "support/session_log.hpp"
 #include "support/users.hpp"
 
 #include <dsh/landlock.hpp>
@@ -35,22 +36,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-using dsh::FenceOptions;
-using dsh::json_string_literal;
-using dsh::LandlockError;
-using dsh::PreparedFence;
-using dsh::SandboxMode;
-using dsh::test::errno_of;
-using dsh::test::exists_nofollow;
-using dsh::test::fenced;
-using dsh::test::grants_directory_of;
-using dsh::test::in_child;
-using dsh::test::Lab;
-using dsh::test::nobody;
-using dsh::test::read_file;
-using dsh::test::TempDir;
-using dsh::test::unfenced;
-using dsh::test::write_file;
+using namespace dsh;
+using namespace dsh::test;
 
 namespace {
 
@@ -121,35 +108,10 @@ std::string tmp_skip_reason(const std::string& guarded) {
   return guarded;
 }
 
-/// A session log at `path` whose cwd is `cwd`, switched to workspace-write; and `forged`: a
-/// line that, appended, would be a valid switch to danger-full-access (made on a copy, whose
-/// resolution proves it).
-struct ForgeableLog {
-  std::filesystem::path path;
-  std::string forged;
-  std::string bytes;
-
-  ForgeableLog(std::filesystem::path log, const std::filesystem::path& cwd) : path(std::move(log)) {
-    {
-      dsh::SessionLog created = dsh::SessionLog::create(path, {"s-redteam", cwd.string(), 1764480000000});
-      dsh::set_sandbox_mode(created, SandboxMode::workspace_write);
-    }
-    bytes = read_file(path);
-    const std::filesystem::path copy = path.string() + ".control";
-    write_file(copy, bytes);
-    {
-      dsh::SessionLog control = dsh::SessionLog::open(copy);
-      dsh::set_sandbox_mode(control, SandboxMode::danger_full_access);
-    }
-    forged = read_file(copy).substr(bytes.size());
-    std::filesystem::remove(copy);
-  }
-
-  /// The mode a host resolves from the log now.
-  [[nodiscard]] SandboxMode mode() const {
-    const dsh::PolicyOwner owner;
-    return owner.resolve(dsh::SessionLog::open(path)).mode;
-  }
+/// The call's own session log and its forged switch (`ForgeableLog`).
+struct CallLog : ForgeableLog {
+  CallLog(std::filesystem::path log, const std::filesystem::path& cwd)
+      : ForgeableLog(std::move(log), "s-redteam", cwd) {}
 
   /// Shows the forged line is a real attack: appended unfenced to a copy, it switches the
   /// session to danger-full-access.
@@ -301,7 +263,7 @@ TEST_CASE("redteam: a forged mode switch appended to a log under /tmp is refused
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const TempDir logs("/tmp");
-  const ForgeableLog log(dsh::canonical_path(logs.path()) / "session.jsonl", lab.workspace());
+  const CallLog log(dsh::canonical_path(logs.path()) / "session.jsonl", lab.workspace());
   REQUIRE(log.mode() == SandboxMode::workspace_write);
   REQUIRE(log.mode_after_unfenced_forgery() == SandboxMode::danger_full_access);
   FenceOptions options;
@@ -331,7 +293,7 @@ TEST_CASE("redteam: the forged switch is refused to the unprivileged user too") 
   DSH_REQUIRE_LANDLOCK();
   const OpenWorkspace open;
   const std::filesystem::path log_path = dsh::canonical_path(open.dir.path()) / "session.jsonl";
-  const ForgeableLog log(log_path, open.workspace);
+  const CallLog log(log_path, open.workspace);
   ::chmod(log_path.c_str(), 0666); // file permissions allow the append: any refusal is the fence's
   FenceOptions options;
   options.session_log = log.path;
@@ -362,7 +324,7 @@ TEST_CASE("redteam: a log inside the workspace is refused in workspace-write and
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   std::filesystem::create_directory(lab.workspace() / ".dsh");
-  const ForgeableLog log(lab.workspace() / ".dsh" / "session.jsonl", lab.workspace());
+  const CallLog log(lab.workspace() / ".dsh" / "session.jsonl", lab.workspace());
   FenceOptions options;
   options.session_log = log.path;
   options.temporary_root = lab.base() / "private"; // the session's directory goes with the laboratory

@@ -13,6 +13,7 @@
 // DSH_HOSTILE names an attempt, a static initializer performs it and exits before Catch2 starts.
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
+#include "support/terminal.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -44,15 +45,8 @@
 #include <termios.h>
 #include <unistd.h>
 
-using dsh::FencedChild;
-using dsh::FencedCommand;
-using dsh::PreparedFence;
-using dsh::SandboxMode;
-using dsh::test::errno_of;
-using dsh::test::exists_nofollow;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::write_file;
+using namespace dsh;
+using namespace dsh::test;
 
 namespace {
 
@@ -186,11 +180,10 @@ std::string n(int value) { return std::to_string(value); }
 
 /// What a call printed and how it ended.
 using Call = dsh::test::Shell;
-using dsh::test::run_captured;
 
 /// `dsh::test::as_host`, once this executable's copy exists (made while this process can
 /// still read the original).
-std::string as_host(bool unprivileged, const std::function<std::string()>& body) {
+std::string as_host_with_copy(bool unprivileged, const std::function<std::string()>& body) {
   (void)hostile_program();
   return dsh::test::as_host(unprivileged, body);
 }
@@ -254,18 +247,13 @@ TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a
 TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  int master = -1;
-  int slave = -1;
-  REQUIRE(::openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
-  const dsh::UniqueFd terminal{master};
-  const dsh::UniqueFd user_side{slave};
+  const Pty pty(24, 80);
+  const int slave = pty.slave();
   termios raw{};
   REQUIRE(::tcgetattr(slave, &raw) == 0);
   ::cfmakeraw(&raw); // an injected key is readable at once, and not echoed
   REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
-  std::array<char, 64> name{};
-  REQUIRE(::ptsname_r(master, name.data(), name.size()) == 0);
-  const std::string tty_path = name.data();
+  const std::string& tty_path = pty.name();
   // What the user's shell (the reader of the terminal) would receive.
   const auto injected = [&] {
     std::string text;
@@ -315,7 +303,7 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
   }
   // An unprivileged host, every mode.
   open_lab_and_tmp_to_nobody(lab);
-  const std::string seen = as_host(true, [&] {
+  const std::string seen = as_host_with_copy(true, [&] {
     std::string text;
     for (const SandboxMode mode : all_modes) {
       const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
@@ -345,7 +333,7 @@ TEST_CASE("redteam: the host's stdout redirected to a file cannot be truncated, 
       dsh::test::hand_to_nobody(err_path);
     }
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-    const std::string host = as_host(unprivileged, [&] {
+    const std::string host = as_host_with_copy(unprivileged, [&] {
       // The host's own stdout and stderr are the two files, as after `host > out 2> err`.
       const dsh::UniqueFd out{::open(out_path.c_str(), O_WRONLY | O_APPEND)};
       const dsh::UniqueFd err{::open(err_path.c_str(), O_WRONLY)};
@@ -385,31 +373,22 @@ TEST_CASE("redteam: redirect hands over the host's descriptor, as documented") {
 TEST_CASE("redteam: a terminal the host chooses becomes the command's controlling terminal") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  int master = -1;
-  int slave = -1;
-  winsize size{};
-  size.ws_row = 24;
-  size.ws_col = 100;
-  REQUIRE(::openpty(&master, &slave, nullptr, nullptr, &size) == 0);
-  const dsh::UniqueFd terminal{master};
-  dsh::UniqueFd child_side{slave};
-  std::array<char, 64> name{};
-  REQUIRE(::ptsname_r(master, name.data(), name.size()) == 0);
+  Pty pty(24, 100);
   const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
   FencedCommand command({"bash", "--norc", "--noprofile", "-c", "tty; stty size; read line; echo \"got=$line\""});
-  command.controlling_terminal(child_side.get()).in_directory(lab.workspace());
+  command.controlling_terminal(pty.slave()).in_directory(lab.workspace());
   FencedChild child = command.spawn(fence);
-  child_side.reset(); // the terminal closes when the command's side is gone
+  pty.close_slave(); // the terminal closes when the command's side is gone
   const std::string typed = "hello\n";
-  REQUIRE(::write(terminal.get(), typed.data(), typed.size()) == static_cast<::ssize_t>(typed.size()));
+  REQUIRE(::write(pty.master(), typed.data(), typed.size()) == static_cast<::ssize_t>(typed.size()));
   std::string screen;
   std::array<char, 1024> buffer{};
   for (;;) {
-    pollfd ready{terminal.get(), POLLIN, 0};
+    pollfd ready{pty.master(), POLLIN, 0};
     if (::poll(&ready, 1, 60000) <= 0) { // a guard against a hung command, not a timing assertion
       break;
     }
-    const ::ssize_t got = ::read(terminal.get(), buffer.data(), buffer.size());
+    const ::ssize_t got = ::read(pty.master(), buffer.data(), buffer.size());
     if (got <= 0) {
       break;
     }
@@ -417,7 +396,7 @@ TEST_CASE("redteam: a terminal the host chooses becomes the command's controllin
   }
   CHECK(child.wait() == 0);
   CAPTURE(screen);
-  CHECK(screen.find(std::string(name.data()) + "\r\n") != std::string::npos);
+  CHECK(screen.find(pty.name() + "\r\n") != std::string::npos);
   CHECK(screen.find("24 100\r\n") != std::string::npos);
   CHECK(screen.find("got=hello\r\n") != std::string::npos);
 }
@@ -496,7 +475,7 @@ TEST_CASE("redteam: root with ambient capabilities and a smaller bounding set gi
     DSH_TEST_SKIP("needs root: only a privileged host can raise ambient capabilities");
   }
   const Lab lab;
-  const std::string seen = as_host(false, [&] {
+  const std::string seen = as_host_with_copy(false, [&] {
     // cap_net_admin (dropped) and cap_chown (kept) inheritable, then ambient; cap_sys_boot
     // (dropped) already gone from the bounding set, which the supervisor then reads as such.
     constexpr unsigned net_admin = 12;
@@ -528,7 +507,7 @@ TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatev
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   over_hosts(lab, [&](bool unprivileged) {
-    const std::string seen = as_host(unprivileged, [&] {
+    const std::string seen = as_host_with_copy(unprivileged, [&] {
       // Ignored, caught and blocked signals, real-time ones included: a host may set any.
       for (const int ignored : {SIGHUP, SIGPIPE, SIGUSR1, SIGRTMIN + 3}) {
         std::signal(ignored, SIG_IGN);
@@ -553,7 +532,7 @@ TEST_CASE("redteam: the command starts with no signal ignored or blocked, whatev
 TEST_CASE("a host whose SIGCHLD keeps its default action with SA_NOCLDWAIT still gets the exit status") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  const std::string seen = as_host(false, [&] {
+  const std::string seen = as_host_with_copy(false, [&] {
     struct sigaction no_zombies {};
     no_zombies.sa_handler = SIG_DFL;
     no_zombies.sa_flags = SA_NOCLDWAIT;
@@ -584,7 +563,7 @@ TEST_CASE("redteam: an unprivileged host holds nothing to drop and keeps its bou
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   open_lab_and_tmp_to_nobody(lab);
-  const std::string seen = as_host(true, [&] {
+  const std::string seen = as_host_with_copy(true, [&] {
     FencedCommand command = hostile_command("caps");
     Call call = run_captured(command, dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write)));
     return std::to_string(call.status) + " " + call.out;
@@ -609,7 +588,7 @@ TEST_CASE("redteam: a detached double-forked writer dies with the call") {
         (mode == SandboxMode::danger_full_access ? lab.outside() : lab.workspace()) / "late.txt";
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
     if (mode != SandboxMode::read_only) { // control: the write itself is allowed in the call
-      const std::string now = as_host(unprivileged, [&] {
+      const std::string now = as_host_with_copy(unprivileged, [&] {
         FencedCommand command({"sh", "-c", "echo now > '" + target.string() + "'"});
         return std::to_string(command.run(fence));
       });
@@ -617,7 +596,7 @@ TEST_CASE("redteam: a detached double-forked writer dies with the call") {
       CHECK(read_file(target) == "now\n");
       std::filesystem::remove(target);
     }
-    const std::string out = as_host(unprivileged, [&] {
+    const std::string out = as_host_with_copy(unprivileged, [&] {
       // The writer reports its pid through a process substitution, whose shell exits at
       // once: the writer is orphaned (a double fork) in a session of its own.
       FencedCommand command(
@@ -640,7 +619,7 @@ TEST_CASE("redteam: a background child holding stderr does not hold the host") {
   const Lab lab;
   over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-    const std::string out = as_host(unprivileged, [&] {
+    const std::string out = as_host_with_copy(unprivileged, [&] {
       FencedCommand command({"bash", "-c", "sleep 1000 & echo $!"}); // the sleep keeps stdout and stderr
       Call call = run_captured(command, fence);
       return std::to_string(call.status) + " " + call.out;
@@ -661,7 +640,7 @@ TEST_CASE("redteam: a leftover process holding a flock releases it when the call
   REQUIRE(::chmod(log.c_str(), 0644) == 0);
   over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-    const std::string out = as_host(unprivileged, [&] {
+    const std::string out = as_host_with_copy(unprivileged, [&] {
       // flock needs only a descriptor open for reading, which every fence allows. The holder
       // detaches and reports its pid once it has the lock.
       FencedCommand command({"bash", "-c",
@@ -686,7 +665,7 @@ TEST_CASE("redteam: the time limit ends the call and everything it started") {
   const Lab lab;
   over_hosts_and_modes(lab, [&](bool unprivileged, SandboxMode mode) {
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-    const std::string out = as_host(unprivileged, [&] {
+    const std::string out = as_host_with_copy(unprivileged, [&] {
       FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; sleep 1000"});
       std::string printed;
       command.time_limit(std::chrono::milliseconds(300))
@@ -712,7 +691,7 @@ TEST_CASE("redteam: terminate() and destroying an unwaited call end everything")
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
-  const std::string out = as_host(false, [&] {
+  const std::string out = as_host_with_copy(false, [&] {
     FencedCommand command({"bash", "-c", "sleep 1000 & echo $!; exec sleep 1000"});
     std::string printed;
     command.on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
@@ -735,7 +714,7 @@ TEST_CASE("redteam: a command that kills its supervisor does not leave the host 
   for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
     CAPTURE(dsh::to_string(mode));
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
-    const std::string out = as_host(false, [&] {
+    const std::string out = as_host_with_copy(false, [&] {
       FencedCommand command({"bash", "-c", "kill -9 $PPID 2>/dev/null || echo refused"});
       std::string printed;
       command.on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });

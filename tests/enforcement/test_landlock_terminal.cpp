@@ -7,6 +7,7 @@
 
 #include <array>
 #include <csignal>
+#include <initializer_list>
 #include <string>
 
 #include <fcntl.h>
@@ -59,6 +60,14 @@ std::pair<std::string, int> terminal_session(const PreparedFence& fence, const s
 
 bool shows(const std::string& screen, const std::string& text) { return screen.find(text) != std::string::npos; }
 
+/// Checks that `screen` shows each of `texts`.
+void check_shows(const std::string& screen, std::initializer_list<std::string> texts) {
+  for (const std::string& text : texts) {
+    CAPTURE(text);
+    CHECK(shows(screen, text));
+  }
+}
+
 } // namespace
 
 TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
@@ -80,12 +89,14 @@ TEST_CASE("an interactive terminal session obeys the workspace-write fence") {
                                                      "exit 3\n");
   CAPTURE(screen);
   CHECK(status == 3);
-  CHECK(shows(screen, "inside=0"));
-  CHECK(shows(screen, "tmp=0"));
-  CHECK(shows(screen, "bash: " + outside + ": Permission denied"));
-  CHECK(shows(screen, "outside=1"));
-  CHECK(shows(screen, "24 200")); // terminal ioctls on the inherited terminal work
-  CHECK(shows(screen, "tty=0"));
+  check_shows(screen, {
+                          "inside=0",
+                          "tmp=0",
+                          "bash: " + outside + ": Permission denied",
+                          "outside=1",
+                          "24 200", // terminal ioctls on the inherited terminal work
+                          "tty=0",
+                      });
   CHECK(read_file(lab.workspace() / "inside.txt") == "typed\n");
   CHECK(read_file(tmp) == "typed\n");
   CHECK(read_file(outside) == "<missing>");
@@ -104,10 +115,12 @@ TEST_CASE("an interactive terminal session obeys the read-only fence") {
                                                  "exit\n");
   CAPTURE(screen);
   CHECK(status == 0);
-  CHECK(shows(screen, "keep"));
-  CHECK(shows(screen, "bash: notes.txt: Permission denied"));
-  CHECK(shows(screen, "append=1"));
-  CHECK(shows(screen, "null=2"));
+  check_shows(screen, {
+                          "keep",
+                          "bash: notes.txt: Permission denied",
+                          "append=1",
+                          "null=2",
+                      });
   // Re-opening the terminal by name for writing is a write outside the grants
   // (docs/enforcement.md); the shell keeps the terminal it was started on.
   CHECK(shows(screen, "bash: /dev/tty: Permission denied"));
@@ -128,9 +141,10 @@ TEST_CASE("a terminal session under the namespace layer: PID 1 of its own namesp
                                                  "exit 3\n");
   CAPTURE(screen);
   CHECK(status == 3); // exec_in_child's process passes on how the command ended
-  CHECK(shows(screen, "pids=/proc/1\r\n"));
-  CHECK(shows(screen, "tmp=0"));
-  CHECK(shows(screen, "24 200")); // terminal ioctls on the inherited terminal work
+  check_shows(screen, {
+                          "pids=/proc/1\r\n", "tmp=0",
+                          "24 200", // terminal ioctls on the inherited terminal work
+                      });
   CHECK(read_file(fence.report().temporary_directory / "t.txt") == "typed\n");
   // A signal sent from inside does not end PID 1 of a namespace; a fault does (perl reads address 8).
   const auto [crashed_screen, crashed] =

@@ -40,22 +40,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-using dsh::FenceOptions;
-using dsh::Isolation;
-using dsh::json_string_literal;
-using dsh::LandlockError;
-using dsh::PreparedFence;
-using dsh::SandboxMode;
+using namespace dsh;
 using dsh::detail::ProtectedEntry;
 using dsh::detail::ProtectedKind;
 using dsh::detail::ProtectedScan;
-using dsh::test::Lab;
-using dsh::test::read_file;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
-
-using dsh::test::nobody;
 
 /// How a test's host process runs.
 struct Host {

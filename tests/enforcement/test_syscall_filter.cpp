@@ -60,11 +60,7 @@
 
 using dsh::detail::SyscallAbi;
 using dsh::detail::SyscallRuleRow;
-using dsh::test::errno_of;
-using dsh::test::nobody;
-using dsh::test::read_file;
-using dsh::test::TempDir;
-using dsh::test::write_file;
+using namespace dsh::test;
 
 namespace {
 

@@ -2,6 +2,7 @@
 // check built on it. The oracle for an existing directory is std::filesystem::canonical
 // (realpath); everything below it is spelled out by hand.
 #include "support/catch.hpp"
+#include "support/scoped.hpp"
 #include "support/temp_dir.hpp"
 
 #include <dsh/sandbox_policy.hpp>
@@ -12,8 +13,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include <sys/resource.h>
@@ -27,20 +30,21 @@ namespace {
 using dsh::canonical_path;
 using dsh::SandboxMode;
 
-// Changes the process working directory for one test and restores it afterwards.
-class CwdGuard {
-public:
-  explicit CwdGuard(const fs::path& directory) : saved_(fs::current_path()) { fs::current_path(directory); }
-  CwdGuard(const CwdGuard&) = delete;
-  CwdGuard& operator=(const CwdGuard&) = delete;
-  ~CwdGuard() {
-    std::error_code ignored;
-    fs::current_path(saved_, ignored);
+/// Checks `canonical_path` of each path against the string expected for it.
+void check_canonical(std::initializer_list<std::pair<const char*, const char*>> cases) {
+  for (const auto& [path, expected] : cases) {
+    CAPTURE(path);
+    CHECK(canonical_path(path).string() == expected);
   }
+}
 
-private:
-  fs::path saved_;
-};
+/// Checks that `policy.permits_write` answers `expected` for each of `paths`.
+void check_permits(const dsh::ResolvedPolicy& policy, bool expected, std::initializer_list<fs::path> paths) {
+  for (const fs::path& path : paths) {
+    CAPTURE(path);
+    CHECK(policy.permits_write(path) == expected);
+  }
+}
 
 // The tree every test works in:
 //   physical/child/            lexical/link -> <base>/physical/child   lexical/rlink -> ../physical/child
@@ -108,22 +112,26 @@ TEST_CASE("canonical: dots, doubled separators and trailing separators", "[canon
 }
 
 TEST_CASE("canonical: the root itself", "[canonical]") {
-  CHECK(canonical_path("/").string() == "/");
-  CHECK(canonical_path("//").string() == "/");
-  CHECK(canonical_path("///").string() == "/");
-  CHECK(canonical_path("/.").string() == "/");
-  CHECK(canonical_path("/./").string() == "/");
-  CHECK(canonical_path("/..").string() == "/");
-  CHECK(canonical_path("/../..").string() == "/");
+  check_canonical({
+      {"/", "/"},
+      {"//", "/"},
+      {"///", "/"},
+      {"/.", "/"},
+      {"/./", "/"},
+      {"/..", "/"},
+      {"/../..", "/"},
+  });
 }
 
 TEST_CASE("canonical: a path that does not exist at all is normalized lexically", "[canonical]") {
   REQUIRE_FALSE(fs::exists("/nonexistent-xyz"));
-  CHECK(canonical_path("/nonexistent-xyz/../nonexistent-xyz/current").string() == "/nonexistent-xyz/current");
-  CHECK(canonical_path("/nonexistent-xyz/./a//b/").string() == "/nonexistent-xyz/a/b");
-  CHECK(canonical_path("/nonexistent-xyz/a/../../nonexistent-xyz").string() == "/nonexistent-xyz");
-  CHECK(canonical_path("/nonexistent-xyz/../..").string() == "/");
-  CHECK(canonical_path("/nonexistent-xyz/").string() == "/nonexistent-xyz");
+  check_canonical({
+      {"/nonexistent-xyz/../nonexistent-xyz/current", "/nonexistent-xyz/current"},
+      {"/nonexistent-xyz/./a//b/", "/nonexistent-xyz/a/b"},
+      {"/nonexistent-xyz/a/../../nonexistent-xyz", "/nonexistent-xyz"},
+      {"/nonexistent-xyz/../..", "/"},
+      {"/nonexistent-xyz/", "/nonexistent-xyz"},
+  });
 }
 
 TEST_CASE("canonical: a relative path is taken against the process working directory", "[canonical]") {
@@ -131,7 +139,7 @@ TEST_CASE("canonical: a relative path is taken against the process working direc
   const fs::path& base = tree.base;
   const fs::path before = fs::current_path();
   {
-    const CwdGuard guard(tree.tmp.path());
+    const dsh::test::WorkingDirectory guard(tree.tmp.path());
     CHECK(canonical_path("a/b") == base / "a" / "b");
     CHECK(canonical_path("./a/../a/b/c/") == base / "a" / "b" / "c");
     CHECK(canonical_path("lexical/link/..") == base / "physical");
@@ -160,7 +168,7 @@ TEST_CASE("canonical: a relative path needs a working directory that can be read
   fs::create_directories(tmp / "gone");
   const fs::path base = fs::canonical(tmp.path());
   const dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, base, "DSH"});
-  const CwdGuard guard(base / "gone");
+  const dsh::test::WorkingDirectory guard(base / "gone");
   fs::remove(base / "gone");
   // No base is guessed for a relative path: guessing could widen the root.
   CHECK_THROWS_AS(canonical_path("x"), dsh::SystemError);
@@ -251,16 +259,11 @@ TEST_CASE("permits_write: read-only never, danger-full-access always", "[permits
   const Tree tree;
   const dsh::ResolvedPolicy read_only{SandboxMode::read_only, tree.base, dsh::ModeSource::deployment,
                                       dsh::RootSource::deployment};
-  CHECK_FALSE(read_only.permits_write(tree.base / "a" / "new.txt"));
-  CHECK_FALSE(read_only.permits_write(tree.base));
-  CHECK_FALSE(read_only.permits_write("relative.txt"));
+  check_permits(read_only, false, {tree.base / "a" / "new.txt", tree.base, "relative.txt"});
 
   const dsh::ResolvedPolicy danger{SandboxMode::danger_full_access, tree.base / "a", dsh::ModeSource::approved,
                                    dsh::RootSource::deployment};
-  CHECK(danger.permits_write(tree.base / "a" / "new.txt"));
-  CHECK(danger.permits_write(tree.base / "other" / "x"));
-  CHECK(danger.permits_write("/etc/passwd"));
-  CHECK(danger.permits_write("relative.txt"));
+  check_permits(danger, true, {tree.base / "a" / "new.txt", tree.base / "other" / "x", "/etc/passwd", "relative.txt"});
 }
 
 TEST_CASE("permits_write: workspace-write inside, outside and around the root", "[permits_write]") {
@@ -280,48 +283,31 @@ TEST_CASE("permits_write: workspace-write inside, outside and around the root", 
   REQUIRE(policy.workspace_root == base / "ws");
 
   SECTION("inside") {
-    CHECK(policy.permits_write(base / "ws" / "new.txt"));
-    CHECK(policy.permits_write(base / "ws"));
-    CHECK(policy.permits_write(base.string() + "/ws/"));
-    CHECK(policy.permits_write(base / "ws" / "sub" / "deeper" / "new.txt"));
-    CHECK(policy.permits_write(base / "ws" / "sub" / ".." / "new.txt"));
-    CHECK(policy.permits_write(tmp / "ws" / "new.txt"));
-    CHECK(policy.permits_write(base / "ws" / "inner" / "new.txt"));
+    check_permits(policy, true,
+                  {base / "ws" / "new.txt", base / "ws", base.string() + "/ws/",
+                   base / "ws" / "sub" / "deeper" / "new.txt", base / "ws" / "sub" / ".." / "new.txt",
+                   tmp / "ws" / "new.txt", base / "ws" / "inner" / "new.txt"});
   }
   SECTION("outside") {
-    CHECK_FALSE(policy.permits_write(base / "other" / "new.txt"));
-    CHECK_FALSE(policy.permits_write(base));
-    CHECK_FALSE(policy.permits_write("/"));
-    CHECK_FALSE(policy.permits_write("/etc/passwd"));
-    CHECK_FALSE(policy.permits_write(base / "ws" / ".." / "other" / "x"));
-    CHECK_FALSE(policy.permits_write(base / "ws" / ".." / "ws2" / "x"));
-    CHECK_FALSE(policy.permits_write(fs::path()));
+    check_permits(policy, false,
+                  {base / "other" / "new.txt", base, "/", "/etc/passwd", base / "ws" / ".." / "other" / "x",
+                   base / "ws" / ".." / "ws2" / "x", fs::path()});
   }
   SECTION("a sibling sharing the root's name as a prefix") {
-    CHECK_FALSE(policy.permits_write(base / "ws2"));
-    CHECK_FALSE(policy.permits_write(base / "ws2" / "x"));
-    CHECK_FALSE(policy.permits_write(base / "wsx" / "missing"));
-    CHECK_FALSE(policy.permits_write(base.string() + "/ws.txt"));
+    check_permits(policy, false,
+                  {base / "ws2", base / "ws2" / "x", base / "wsx" / "missing", base.string() + "/ws.txt"});
   }
   SECTION("a symbolic link inside that points outside is outside") {
-    CHECK_FALSE(policy.permits_write(base / "ws" / "escape"));
-    CHECK_FALSE(policy.permits_write(base / "ws" / "escape" / "x"));
-    CHECK_FALSE(policy.permits_write(base / "ws" / "up" / "other" / "x"));
-    CHECK_FALSE(policy.permits_write(base / "ws" / "up" / "ws2"));
+    check_permits(policy, false,
+                  {base / "ws" / "escape", base / "ws" / "escape" / "x", base / "ws" / "up" / "other" / "x",
+                   base / "ws" / "up" / "ws2"});
     // A dangling link is followed to where a write would create the file.
     CHECK_FALSE(policy.permits_write(base / "ws" / "dang"));
   }
   SECTION("a relative path is taken against the root, not the process working directory") {
-    const CwdGuard guard(base / "other");
-    CHECK(policy.permits_write("new.txt"));
-    CHECK(policy.permits_write("sub/new.txt"));
-    CHECK(policy.permits_write("."));
-    CHECK(policy.permits_write("inner/x"));
-    CHECK_FALSE(policy.permits_write(".."));
-    CHECK_FALSE(policy.permits_write("../ws2/x"));
-    CHECK_FALSE(policy.permits_write("sub/../../other/x"));
-    CHECK_FALSE(policy.permits_write("escape/x"));
-    CHECK_FALSE(policy.permits_write("dang"));
+    const dsh::test::WorkingDirectory guard(base / "other");
+    check_permits(policy, true, {"new.txt", "sub/new.txt", ".", "inner/x"});
+    check_permits(policy, false, {"..", "../ws2/x", "sub/../../other/x", "escape/x", "dang"});
   }
 }
 
@@ -329,20 +315,14 @@ TEST_CASE("permits_write: whole components, on paths that do not exist", "[permi
   REQUIRE_FALSE(fs::exists("/nonexistent-xyz"));
   const dsh::ResolvedPolicy ws{SandboxMode::workspace_write, "/nonexistent-xyz/ws", dsh::ModeSource::session,
                                dsh::RootSource::session};
-  CHECK(ws.permits_write("/nonexistent-xyz/ws"));
-  CHECK(ws.permits_write("/nonexistent-xyz/ws/a"));
-  CHECK(ws.permits_write("/nonexistent-xyz/ws/a/../b"));
-  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws2"));
-  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws2/a"));
-  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/wsa"));
-  CHECK_FALSE(ws.permits_write("/nonexistent-xyz/ws/../ws2"));
-  CHECK_FALSE(ws.permits_write("/nonexistent-xyz"));
+  check_permits(ws, true, {"/nonexistent-xyz/ws", "/nonexistent-xyz/ws/a", "/nonexistent-xyz/ws/a/../b"});
+  check_permits(ws, false,
+                {"/nonexistent-xyz/ws2", "/nonexistent-xyz/ws2/a", "/nonexistent-xyz/wsa", "/nonexistent-xyz/ws/../ws2",
+                 "/nonexistent-xyz"});
 
   const dsh::ResolvedPolicy everything{SandboxMode::workspace_write, "/", dsh::ModeSource::session,
                                        dsh::RootSource::session};
-  CHECK(everything.permits_write("/"));
-  CHECK(everything.permits_write("/nonexistent-xyz/a"));
-  CHECK(everything.permits_write("relative"));
+  check_permits(everything, true, {"/", "/nonexistent-xyz/a", "relative"});
 }
 
 TEST_CASE("permits_write: a path holding NUL is refused", "[permits_write]") {

@@ -2,6 +2,7 @@
 // ConfigError messages (key, expectation, value found), PolicyOwner's own validation, the
 // enum string tables and their JSON forms, and FamilySet.
 #include "support/catch.hpp"
+#include "support/scoped.hpp"
 #include "support/temp_dir.hpp"
 
 #include <dsh/sandbox_policy.hpp>
@@ -25,17 +26,6 @@ using dsh::SandboxMode;
 using json = nlohmann::json;
 
 static_assert(std::is_base_of_v<std::runtime_error, dsh::ConfigError>);
-
-// Returns the message of the ConfigError `action` throws; fails the test if it throws nothing.
-template <class Action> std::string config_error(Action action) {
-  try {
-    action();
-  } catch (const dsh::ConfigError& error) {
-    return error.what();
-  }
-  FAIL("no dsh::ConfigError was thrown");
-  return {};
-}
 
 struct BadConfig {
   const char* input; // JSON text
@@ -137,30 +127,31 @@ TEST_CASE("PolicyConfig::from_json rejects every bad input with an exact message
   for (const BadConfig& bad : bad_configs()) {
     INFO("input " << bad.input);
     const json input = json::parse(bad.input);
-    CHECK(config_error([&] { (void)dsh::PolicyConfig::from_json(input); }) == bad.message);
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] { (void)dsh::PolicyConfig::from_json(input); }) ==
+          bad.message);
   }
 }
 
 TEST_CASE("PolicyOwner validates a configuration built in code", "[config]") {
   const dsh::test::TempDir tmp;
   SECTION("an empty root") {
-    CHECK(config_error([] {
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([] {
             dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, std::filesystem::path(), "DSH"});
           }) == kRootValue + R"("")");
   }
   SECTION("a bad host label") {
-    CHECK(config_error([&] {
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] {
             dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp.path(), ""});
           }) == kLabelValue + R"("")");
-    CHECK(config_error([&] {
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] {
             dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp.path(), "a\nb"});
           }) == kLabelValue + R"("a\nb")");
-    CHECK(config_error([&] {
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] {
             dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp.path(), "a\"b"});
           }) == kLabelValue + R"("a\"b")");
   }
   SECTION("a mode outside the enum") {
-    CHECK(config_error([&] {
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] {
             dsh::PolicyOwner owner(dsh::PolicyConfig{static_cast<SandboxMode>(3), tmp.path(), "DSH"});
           }) == kModeExpected + "3");
   }
@@ -177,8 +168,9 @@ TEST_CASE("PolicyOwner validates a configuration built in code", "[config]") {
   }
   SECTION("an unregistered family value") {
     dsh::PolicyOwner owner(dsh::PolicyConfig{SandboxMode::read_only, tmp.path(), "DSH"});
-    CHECK(config_error([&] { (void)owner.registerEnforcedFamily(static_cast<Family>(5)); }) ==
-          R"(PolicyOwner family: expected a family ("filesystem", "bash", "terminal"); found 5)");
+    CHECK(dsh::test::thrown_message<dsh::ConfigError>([&] {
+            (void)owner.registerEnforcedFamily(static_cast<Family>(5));
+          }) == R"(PolicyOwner family: expected a family ("filesystem", "bash", "terminal"); found 5)");
     CHECK(owner.enforcedFamilies().empty());
   }
 }
@@ -228,24 +220,22 @@ TEST_CASE("the vocabulary: parse is exact", "[vocabulary]") {
 }
 
 TEST_CASE("the vocabulary: to_string, parse and JSON round trip", "[vocabulary]") {
-  const std::array<const char*, 3> mode_names{"read-only", "workspace-write", "danger-full-access"};
-  for (std::size_t i = 0; i < dsh::SANDBOX_MODES.size(); ++i) {
-    const SandboxMode mode = dsh::SANDBOX_MODES[i];
-    CHECK(dsh::to_string(mode) == mode_names[i]);
-    CHECK(dsh::parse_sandbox_mode(dsh::to_string(mode)) == mode);
-    const json as_json = mode;
-    CHECK(as_json == json(mode_names[i]));
-    CHECK(as_json.get<SandboxMode>() == mode);
-  }
-  const std::array<const char*, 3> family_names{"filesystem", "bash", "terminal"};
-  for (std::size_t i = 0; i < dsh::FAMILIES.size(); ++i) {
-    const Family family = dsh::FAMILIES[i];
-    CHECK(dsh::to_string(family) == family_names[i]);
-    CHECK(dsh::parse_family(dsh::to_string(family)) == family);
-    const json as_json = family;
-    CHECK(as_json == json(family_names[i]));
-    CHECK(as_json.get<Family>() == family);
-  }
+  // Each value's name, its parse, and the JSON string both ways.
+  const auto round_trip = [](const auto& values, const std::array<const char*, 3>& names, const auto& parse) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const auto value = values[i];
+      CAPTURE(names[i]);
+      CHECK(dsh::to_string(value) == names[i]);
+      CHECK(parse(dsh::to_string(value)) == value);
+      const json as_json = value;
+      CHECK(as_json == json(names[i]));
+      CHECK(as_json.get<std::remove_const_t<decltype(value)>>() == value);
+    }
+  };
+  round_trip(dsh::SANDBOX_MODES, {"read-only", "workspace-write", "danger-full-access"},
+             [](std::string_view text) { return dsh::parse_sandbox_mode(text); });
+  round_trip(dsh::FAMILIES, {"filesystem", "bash", "terminal"},
+             [](std::string_view text) { return dsh::parse_family(text); });
   for (ModeSource source : {ModeSource::approved, ModeSource::session, ModeSource::deployment}) {
     CHECK(json(source).get<ModeSource>() == source);
   }
@@ -261,21 +251,23 @@ TEST_CASE("the vocabulary: to_string, parse and JSON round trip", "[vocabulary]"
 TEST_CASE("the vocabulary: from_json of an unknown value is a ConfigError", "[vocabulary]") {
   const std::string modes =
       R"(sandbox mode: expected a sandbox mode ("read-only", "workspace-write", "danger-full-access"); found )";
-  CHECK(config_error([] { (void)json("Read-Only").get<SandboxMode>(); }) == modes + R"("Read-Only")");
-  CHECK(config_error([] { (void)json("").get<SandboxMode>(); }) == modes + R"("")");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json("Read-Only").get<SandboxMode>(); }) ==
+        modes + R"("Read-Only")");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json("").get<SandboxMode>(); }) == modes + R"("")");
   // Never the enum's integer form.
-  CHECK(config_error([] { (void)json(1).get<SandboxMode>(); }) == modes + "1");
-  CHECK(config_error([] { (void)json(nullptr).get<SandboxMode>(); }) == modes + "null");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json(1).get<SandboxMode>(); }) == modes + "1");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json(nullptr).get<SandboxMode>(); }) == modes + "null");
 
   const std::string families = R"(family: expected a family ("filesystem", "bash", "terminal"); found )";
-  CHECK(config_error([] { (void)json("shell").get<Family>(); }) == families + R"("shell")");
-  CHECK(config_error([] { (void)json(0).get<Family>(); }) == families + "0");
-  CHECK(config_error([] { (void)json::parse(R"(["bash","Bash"])").get<std::vector<Family>>(); }) ==
-        families + R"("Bash")");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json("shell").get<Family>(); }) ==
+        families + R"("shell")");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json(0).get<Family>(); }) == families + "0");
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>(
+            [] { (void)json::parse(R"(["bash","Bash"])").get<std::vector<Family>>(); }) == families + R"("Bash")");
 
-  CHECK(config_error([] { (void)json("user").get<ModeSource>(); }) ==
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json("user").get<ModeSource>(); }) ==
         R"(mode source: expected a mode source ("approved", "session", "deployment"); found "user")");
-  CHECK(config_error([] { (void)json("approved").get<RootSource>(); }) ==
+  CHECK(dsh::test::thrown_message<dsh::ConfigError>([] { (void)json("approved").get<RootSource>(); }) ==
         R"(root source: expected a root source ("session", "deployment"); found "approved")");
 }
 

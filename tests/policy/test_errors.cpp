@@ -1,6 +1,7 @@
 // Every error the library throws on purpose derives from dsh::Error, so a host can catch them
 // in one place; each is raised here by real input, not constructed by hand.
 #include "support/catch.hpp"
+#include "support/scoped.hpp"
 #include "support/temp_dir.hpp"
 
 #include <dsh/landlock.hpp>
@@ -27,41 +28,27 @@ static_assert(std::is_base_of_v<dsh::Error, dsh::SystemError>);
 static_assert(std::is_base_of_v<dsh::Error, dsh::ProcessError>);
 static_assert(std::is_base_of_v<dsh::SystemError, dsh::WriteError>);
 
-namespace {
-
-/// Runs `action`; returns the message of the dsh::Error it threw, or "" when it threw nothing.
-template <class Action> std::string caught_as_error(Action&& action) {
-  try {
-    action();
-  } catch (const dsh::Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
-} // namespace
-
 TEST_CASE("each error type is caught as dsh::Error with its own message", "[errors]") {
-  CHECK(caught_as_error([] {
+  CHECK(dsh::test::thrown_message<dsh::Error>([] {
           (void)dsh::PolicyConfig::from_json(nlohmann::json{{"mode", "Read-Only"}});
         }).find("Read-Only") != std::string::npos);
 
-  CHECK(caught_as_error([] {
+  CHECK(dsh::test::thrown_message<dsh::Error>([] {
           dsh::check_event(nlohmann::json{{"type", "sandbox/mode"}, {"data", {{"mode", "host-root"}}}});
         }) == R"(sandbox/mode carries unknown mode "host-root")");
 
   const dsh::test::TempDir dir;
   const auto missing = dir / "missing.jsonl";
-  CHECK(caught_as_error([&] { (void)dsh::SessionLog::open(missing); }) ==
+  CHECK(dsh::test::thrown_message<dsh::Error>([&] { (void)dsh::SessionLog::open(missing); }) ==
         "session log \"" + missing.string() + "\": cannot open: No such file or directory");
 
   dsh::ResolvedPolicy policy{dsh::SandboxMode::read_only, dir.path(), dsh::ModeSource::deployment,
                              dsh::RootSource::deployment};
-  CHECK(caught_as_error([&] {
+  CHECK(dsh::test::thrown_message<dsh::Error>([&] {
           (void)dsh::detail::prepare_fence(policy, dsh::FenceOptions{}, dsh::detail::LandlockProbe{0, ENOSYS}, nullptr);
         }).starts_with("Landlock fence for read-only: "));
 
-  CHECK(caught_as_error([] { (void)dsh::FencedCommand(std::vector<std::string>{}); }) ==
+  CHECK(dsh::test::thrown_message<dsh::Error>([] { (void)dsh::FencedCommand(std::vector<std::string>{}); }) ==
         "FencedCommand: argv must name a program, got an empty argv");
 }
 
@@ -113,7 +100,8 @@ TEST_CASE("system failures are dsh::SystemError with their code, and a write ref
   // The read-only policy's own refusal, caught as dsh::Error.
   const dsh::ResolvedPolicy read_only{dsh::SandboxMode::read_only, dir.path(), dsh::ModeSource::deployment,
                                       dsh::RootSource::deployment};
-  CHECK(caught_as_error([&] { dsh::write_file(read_only, dir / "a.txt", "x"); }).find("read-only") !=
-        std::string::npos);
+  CHECK(dsh::test::thrown_message<dsh::Error>([&] {
+          dsh::write_file(read_only, dir / "a.txt", "x");
+        }).find("read-only") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "a.txt"));
 }

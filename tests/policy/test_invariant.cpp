@@ -2,6 +2,7 @@
 // anything is stored, set_sandbox_mode as the one write path, the kept override; and the cache
 // safety of the model text (docs/contract.md#the-model-text: TMPDIR changes no byte).
 #include "support/catch.hpp"
+#include "support/scoped.hpp"
 #include "support/temp_dir.hpp"
 
 #include <dsh/sandbox_policy.hpp>
@@ -37,17 +38,6 @@ json mode_event_with_data(json data) {
 
 json mode_event(json mode) { return mode_event_with_data(json{{"mode", std::move(mode)}}); }
 
-// Returns the message of the InvariantViolation `action` throws; fails the test otherwise.
-template <class Action> std::string invariant_violation(Action action) {
-  try {
-    action();
-  } catch (const dsh::InvariantViolation& error) {
-    return error.what();
-  }
-  FAIL("no dsh::InvariantViolation was thrown");
-  return {};
-}
-
 // An appendable host session that records what it is asked to append.
 struct RecordingSession {
   dsh::SessionHeader head;
@@ -58,30 +48,6 @@ struct RecordingSession {
   void append(std::string_view type, json data) { appended.emplace_back(std::string(type), std::move(data)); }
 };
 static_assert(dsh::AppendableSession<RecordingSession>);
-
-// Sets an environment variable for one scope and restores the previous state.
-class EnvGuard {
-public:
-  explicit EnvGuard(const char* name) : name_(name) {
-    if (const char* value = std::getenv(name)) {
-      saved_ = value;
-    }
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-  ~EnvGuard() {
-    if (saved_) {
-      ::setenv(name_, saved_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  void set(const std::string& value) const { REQUIRE(::setenv(name_, value.c_str(), 1) == 0); }
-
-private:
-  const char* name_;
-  std::optional<std::string> saved_;
-};
 
 } // namespace
 
@@ -227,26 +193,28 @@ TEST_CASE("validate_event: valid switches and other events pass", "[invariant]")
 }
 
 TEST_CASE("check_event throws InvariantViolation with the same text", "[invariant]") {
-  CHECK(invariant_violation([] { dsh::check_event(mode_event("host-root")); }) ==
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([] { dsh::check_event(mode_event("host-root")); }) ==
         "sandbox/mode carries unknown mode \"host-root\"");
-  CHECK(invariant_violation([] { dsh::check_event(mode_event(42)); }) == "sandbox/mode carries unknown mode 42");
-  CHECK(invariant_violation([] { dsh::check_event(mode_event(nullptr)); }) == "sandbox/mode carries unknown mode null");
-  CHECK(invariant_violation([] { dsh::check_event(mode_event_with_data(json::object())); }) ==
-        "sandbox/mode carries no mode");
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([] { dsh::check_event(mode_event(42)); }) ==
+        "sandbox/mode carries unknown mode 42");
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([] { dsh::check_event(mode_event(nullptr)); }) ==
+        "sandbox/mode carries unknown mode null");
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>(
+            [] { dsh::check_event(mode_event_with_data(json::object())); }) == "sandbox/mode carries no mode");
   CHECK_NOTHROW(dsh::check_event(mode_event("workspace-write")));
   CHECK_NOTHROW(dsh::check_event(json{{"type", "user/message"}}));
 }
 
 TEST_CASE("the Session constructor rejects a forged seed", "[invariant][session]") {
   const dsh::SessionHeader header{"s", std::nullopt, 0};
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           dsh::Session session(header, {mode_event("workspace-write"), mode_event("host-root")});
         }) == "sandbox/mode carries unknown mode \"host-root\"");
   // A forged switch anywhere in the seed, not only the last one.
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           dsh::Session session(header, {mode_event(42), mode_event("workspace-write")});
         }) == "sandbox/mode carries unknown mode 42");
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           dsh::Session session(header, {json{{"type", "user/message"}}, mode_event_with_data(json::object())});
         }) == "sandbox/mode carries no mode");
 
@@ -265,17 +233,19 @@ TEST_CASE("Session::append rejects a forged event and leaves the session unchang
   session.append("user/message", json{{"text", "hi"}});
   const std::vector<json> before = session.events();
 
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           session.append("sandbox/mode", json{{"mode", "host-root"}});
         }) == "sandbox/mode carries unknown mode \"host-root\"");
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           session.append("sandbox/mode", json{{"mode", 42}});
         }) == "sandbox/mode carries unknown mode 42");
-  CHECK(invariant_violation([&] {
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] {
           session.append("sandbox/mode", json{{"mode", nullptr}});
         }) == "sandbox/mode carries unknown mode null");
-  CHECK(invariant_violation([&] { session.append("sandbox/mode", json::object()); }) == "sandbox/mode carries no mode");
-  CHECK(invariant_violation([&] { session.append("sandbox/mode", json(nullptr)); }) == "sandbox/mode carries no mode");
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] { session.append("sandbox/mode", json::object()); }) ==
+        "sandbox/mode carries no mode");
+  CHECK(dsh::test::thrown_message<dsh::InvariantViolation>([&] { session.append("sandbox/mode", json(nullptr)); }) ==
+        "sandbox/mode carries no mode");
 
   CHECK(session.events() == before);
   CHECK(session.sandbox_mode_override() == SandboxMode::workspace_write);
@@ -377,7 +347,7 @@ TEST_CASE("TMPDIR changes no byte of the model text", "[cache]") {
   const std::string one = std::filesystem::canonical(tmp / "tmp-one").string();
   const std::string two = std::filesystem::canonical(tmp / "tmp-two").string();
 
-  const EnvGuard tmpdir("TMPDIR");
+  const dsh::test::EnvironmentVariable tmpdir("TMPDIR");
   // Renders every mode with the owner built and the text rendered under one TMPDIR.
   const auto render_all = [&](const std::string& value) {
     tmpdir.set(value);

@@ -26,15 +26,10 @@
 
 namespace {
 
-using dsh::Family;
-using dsh::FamilySet;
-using dsh::SandboxMode;
+using namespace dsh;
 
 // A family set as a bit mask: 1 = filesystem, 2 = bash, 4 = terminal.
-constexpr int kFilesystem = 1;
-constexpr int kBash = 2;
-constexpr int kTerminal = 4;
-constexpr int kAll = 7;
+enum FamilyBits : int { kFilesystem = 1, kBash = 2, kTerminal = 4, kAll = 7 };
 
 // The root of every literal below; the owner-based cases put the real root in its place.
 constexpr std::string_view kLiteralRoot = "\"/home/me/project\"";

@@ -120,6 +120,28 @@ std::vector<ProtectedEntry> fresh_git_directory(const fs::path& dir) {
           entry(dir / "commondir", ProtectedKind::missing_file, ".git/commondir", ".\n")};
 }
 
+/// Creates the directory `dir` and makes it a git repository with one empty commit, `message`.
+void init_with_empty_commit(const fs::path& dir, const std::string& message) {
+  fs::create_directory(dir);
+  git(dir, {"init", "-q"});
+  git(dir, {"commit", "-q", "--allow-empty", "-m", message});
+}
+
+/// Makes `root` a git repository with one commit of the file a.txt.
+void init_with_one_commit(const fs::path& root) {
+  git(root, {"init", "-q"});
+  write_text(root / "a.txt", "a\n");
+  git(root, {"add", "a.txt"});
+  git(root, {"commit", "-q", "-m", "one"});
+}
+
+/// Appends `fresh_git_directory(dir)` to `expected`.
+void append_fresh_git_directory(std::vector<ProtectedEntry>& expected, const fs::path& dir) {
+  for (ProtectedEntry& e : fresh_git_directory(dir)) {
+    expected.push_back(std::move(e));
+  }
+}
+
 /// The placeholder that keeps the root `root` from being taken for a git directory: its `HEAD`,
 /// missing until the namespace layer makes it empty.
 ProtectedEntry root_head(const fs::path& root) { return entry(root / "HEAD", ProtectedKind::missing_file, ".git"); }
@@ -130,6 +152,28 @@ std::string describe(const std::vector<ProtectedEntry>& entries) {
     out << e.path.native() << " " << static_cast<int>(e.kind) << " " << e.rule << " [" << e.placeholder << "]\n";
   }
   return out.str();
+}
+
+/// Checks that a workspace-write policy over `root` refuses each of `refused` and permits each
+/// of `permitted` (paths relative to the root).
+void check_writes(const fs::path& root, std::initializer_list<const char*> refused,
+                  std::initializer_list<const char*> permitted) {
+  const dsh::ResolvedPolicy policy = policy_for(root);
+  for (const char* path : refused) {
+    CAPTURE(path);
+    CHECK_FALSE(policy.permits_write(path));
+  }
+  for (const char* path : permitted) {
+    CAPTURE(path);
+    CHECK(policy.permits_write(path));
+  }
+}
+
+/// Checks that the scan of a workspace-write policy over `root` finds exactly `expected`.
+void check_scan(const fs::path& root, const std::vector<ProtectedEntry>& expected) {
+  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
+  INFO(describe(entries));
+  CHECK(entries == expected);
 }
 
 /// What open_for_write does: "opened" (the file is then closed) or "errno N: what()".
@@ -161,9 +205,7 @@ TEST_CASE("a fresh git init: the pinned .git, its hooks and config, the missing 
   std::vector<ProtectedEntry> expected = fresh_git_directory(root / ".git");
   expected.push_back(root_head(root));
   expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
-  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
-  INFO(describe(entries));
-  CHECK(entries == expected);
+  check_scan(root, expected);
   // The detail scan the namespace layer reads is the same list, resolved.
   const dsh::detail::ProtectedScan scan = dsh::detail::protected_entries(root, {});
   CHECK(scan.problem.empty());
@@ -226,18 +268,10 @@ TEST_CASE("the root's HEAD: missing, a placeholder git does not accept; holding 
   SECTION("holding a ref: a bare repository as the root is pinned with its entries") {
     git(root, {"init", "-q", "--bare", "."});
     std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::missing_directory, ".git/hooks")};
-    for (ProtectedEntry& e : fresh_git_directory(root)) {
-      expected.push_back(std::move(e));
-    }
+    append_fresh_git_directory(expected, root);
     expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
-    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
-    INFO(describe(entries));
-    CHECK(entries == expected);
-    const dsh::ResolvedPolicy policy = policy_for(root);
-    CHECK_FALSE(policy.permits_write("config"));
-    CHECK_FALSE(policy.permits_write("hooks/pre-receive"));
-    CHECK(policy.permits_write("HEAD"));
-    CHECK(policy.permits_write("objects/ab/cdef"));
+    check_scan(root, expected);
+    check_writes(root, {"config", "hooks/pre-receive"}, {"HEAD", "objects/ab/cdef"});
   }
 }
 
@@ -245,10 +279,7 @@ TEST_CASE(
     "permits_write and open_for_write refuse what git executes or reads, and allow objects, refs, the index, HEAD") {
   const Scratch scratch;
   const fs::path root = scratch.base;
-  git(root, {"init", "-q"});
-  write_text(root / "a.txt", "a\n");
-  git(root, {"add", "a.txt"});
-  git(root, {"commit", "-q", "-m", "one"});
+  init_with_one_commit(root);
   const std::string config_before = read_text(root / ".git/config");
   const dsh::ResolvedPolicy policy = policy_for(root);
   for (const char* path : {".git/hooks/pre-commit", ".git/hooks", ".git/config", ".git/config.worktree",
@@ -307,9 +338,7 @@ TEST_CASE("open_for_write refuses a hard link to a protected file beneath the ro
 TEST_CASE("a linked worktree: its pointer file; beneath the main repository's root, its git directory") {
   const Scratch scratch;
   const fs::path main = scratch.base / "main";
-  fs::create_directory(main);
-  git(main, {"init", "-q"});
-  git(main, {"commit", "-q", "--allow-empty", "-m", "one"});
+  init_with_empty_commit(main, "one");
   git(main, {"worktree", "add", "-q", scratch.base / "wt"});
   git(main, {"worktree", "add", "-q", main / "inner"});
   const fs::path wt = scratch.base / "wt";
@@ -340,9 +369,7 @@ TEST_CASE("a linked worktree: its pointer file; beneath the main repository's ro
     }
     expected.push_back(root_head(main));
     expected.push_back(entry(main / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
-    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(main));
-    INFO(describe(entries));
-    CHECK(entries == expected);
+    check_scan(main, expected);
     const dsh::ResolvedPolicy policy = policy_for(main);
     for (const char* path :
          {".git/worktrees/wt/config", ".git/worktrees/wt/hooks/post-checkout", ".git/worktrees/wt/config.worktree",
@@ -370,27 +397,17 @@ TEST_CASE("a separate git directory beneath the root: the pointer file and the g
   git(scratch.base, {"init", "-q", "--separate-git-dir", (root / ".meta").native(), root.native()});
   REQUIRE(fs::is_regular_file(root / ".git"));
   std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::file, ".git")};
-  for (ProtectedEntry& e : fresh_git_directory(root / ".meta")) {
-    expected.push_back(std::move(e));
-  }
+  append_fresh_git_directory(expected, root / ".meta");
   expected.push_back(root_head(root));
   expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
-  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
-  INFO(describe(entries));
-  CHECK(entries == expected);
-  const dsh::ResolvedPolicy policy = policy_for(root);
-  CHECK_FALSE(policy.permits_write(".meta/config"));
-  CHECK_FALSE(policy.permits_write(".meta/hooks/pre-commit"));
-  CHECK(policy.permits_write(".meta/index"));
-  CHECK(policy.permits_write(".meta/refs/heads/x"));
+  check_scan(root, expected);
+  check_writes(root, {".meta/config", ".meta/hooks/pre-commit"}, {".meta/index", ".meta/refs/heads/x"});
 }
 
 TEST_CASE("a submodule: the superproject lists the submodule's git directory; the checkout lists its pointer") {
   const Scratch scratch;
   const fs::path origin = scratch.base / "sub-origin";
-  fs::create_directory(origin);
-  git(origin, {"init", "-q"});
-  git(origin, {"commit", "-q", "--allow-empty", "-m", "sub"});
+  init_with_empty_commit(origin, "sub");
   const fs::path super = scratch.base / "super";
   fs::create_directory(super);
   git(super, {"init", "-q"});
@@ -402,14 +419,10 @@ TEST_CASE("a submodule: the superproject lists the submodule's git directory; th
     const fs::path dot_git = super / ".git";
     std::vector<ProtectedEntry> expected = fresh_git_directory(dot_git);
     expected.push_back(entry(dot_git / "modules", ProtectedKind::pinned_directory, ".git"));
-    for (ProtectedEntry& e : fresh_git_directory(dot_git / "modules/sub")) {
-      expected.push_back(std::move(e));
-    }
+    append_fresh_git_directory(expected, dot_git / "modules/sub");
     expected.push_back(root_head(super));
     expected.push_back(entry(super / ".gitmodules", ProtectedKind::file, ".gitmodules"));
-    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(super));
-    INFO(describe(entries));
-    CHECK(entries == expected);
+    check_scan(super, expected);
     const dsh::ResolvedPolicy policy = policy_for(super);
     for (const char* path : {".git/modules/sub/config", ".git/modules/sub/hooks/pre-commit", ".gitmodules",
                              ".git/modules/sub", ".git/modules"}) {
@@ -452,14 +465,10 @@ TEST_CASE("modules/: a git directory git would not accept still gets its entries
     expected.push_back(entry(modules / "broken/config.worktree", ProtectedKind::missing_file, ".git/config.worktree"));
     expected.push_back(entry(modules / "broken/commondir", ProtectedKind::missing_file, ".git/commondir", ".\n"));
     expected.push_back(entry(modules / "libs", ProtectedKind::pinned_directory, ".git"));
-    for (ProtectedEntry& e : fresh_git_directory(modules / "libs/inner")) {
-      expected.push_back(std::move(e));
-    }
+    append_fresh_git_directory(expected, modules / "libs/inner");
     expected.push_back(root_head(root));
     expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
-    const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
-    INFO(describe(entries));
-    CHECK(entries == expected);
+    check_scan(root, expected);
   }
   SECTION("directories nested deeper than 16 levels") {
     fs::path deep = modules;
@@ -770,10 +779,7 @@ TEST_CASE("the placeholders the namespace layer makes keep git working; an empty
 TEST_CASE("with the list bound read-only in a private mount namespace, git keeps working and cannot be planted") {
   const Scratch scratch;
   const fs::path root = scratch.base;
-  git(root, {"init", "-q"});
-  write_text(root / "a.txt", "a\n");
-  git(root, {"add", "a.txt"});
-  git(root, {"commit", "-q", "-m", "one"});
+  init_with_one_commit(root);
   const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy_for(root));
   for (const ProtectedEntry& e : entries) { // the placeholders, as the namespace layer makes them
     if (e.kind == ProtectedKind::missing_file) {

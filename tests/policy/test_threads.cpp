@@ -19,10 +19,7 @@
 
 namespace {
 
-using dsh::Disposer;
-using dsh::Family;
-using dsh::FamilySet;
-using dsh::SandboxMode;
+using namespace dsh;
 
 constexpr int kWriters = 8;
 constexpr int kReaders = 4;

@@ -3,10 +3,13 @@
 #include <dsh/runtime_context.hpp>
 
 #include "support/catch.hpp"
+#include "support/scoped.hpp"
 #include "support/temp_dir.hpp"
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -126,45 +129,6 @@ static_assert(std::ranges::input_range<StreamedSession::Range>);
 static_assert(!std::ranges::forward_range<StreamedSession::Range>);
 static_assert(dsh::EnvelopeAppendableSession<StreamedSession>);
 
-/// Sets an environment variable for its lifetime.
-class EnvironmentVariable {
-public:
-  EnvironmentVariable(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      old_ = old;
-    }
-    REQUIRE(::setenv(name, value.c_str(), 1) == 0);
-  }
-  EnvironmentVariable(const EnvironmentVariable&) = delete;
-  EnvironmentVariable& operator=(const EnvironmentVariable&) = delete;
-  ~EnvironmentVariable() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
-private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-/// Changes the process working directory for its lifetime.
-class WorkingDirectory {
-public:
-  explicit WorkingDirectory(const fs::path& path) : old_(fs::current_path()) { fs::current_path(path); }
-  WorkingDirectory(const WorkingDirectory&) = delete;
-  WorkingDirectory& operator=(const WorkingDirectory&) = delete;
-  ~WorkingDirectory() {
-    std::error_code ignored;
-    fs::current_path(old_, ignored);
-  }
-
-private:
-  fs::path old_;
-};
-
 } // namespace
 
 TEST_CASE("a runtime context without text renders the empty string", "[runtime_context]") {
@@ -185,18 +149,25 @@ TEST_CASE("one contribution renders as the preamble, a blank line and its text",
 TEST_CASE("several contributions render in order, ties by name, empty texts dropped", "[runtime_context]") {
   const std::string expected = "Current runtime context. This snapshot supersedes earlier runtime-context snapshots."
                                "\n\nPolicy paragraph.\n\nApproval paragraph.\n\nTie paragraph.\n\nPlan paragraph.";
+  struct Row {
+    const char* name;
+    int order;
+    const char* text;
+  };
+  const std::array<Row, 5> rows{{{"empty:early", 50, ""},
+                                 {"sandbox:policy", 110, "Policy paragraph."},
+                                 {"approval:policy", 120, "Approval paragraph."},
+                                 {"b:tie", 120, "Tie paragraph."},
+                                 {"plan:guidance", 200, "Plan paragraph."}}};
+  // The same contributions added in table order and in a scrambled one.
   dsh::RuntimeContext forward;
-  forward.add("empty:early", 50, "")
-      .add("sandbox:policy", 110, "Policy paragraph.")
-      .add("approval:policy", 120, "Approval paragraph.")
-      .add("b:tie", 120, "Tie paragraph.")
-      .add("plan:guidance", 200, "Plan paragraph.");
+  for (const Row& row : rows) {
+    forward.add(row.name, row.order, row.text);
+  }
   dsh::RuntimeContext scrambled;
-  scrambled.add("plan:guidance", 200, "Plan paragraph.")
-      .add("b:tie", 120, "Tie paragraph.")
-      .add("sandbox:policy", 110, "Policy paragraph.")
-      .add("empty:early", 50, "")
-      .add("approval:policy", 120, "Approval paragraph.");
+  for (const std::size_t i : std::initializer_list<std::size_t>{4, 3, 1, 0, 2}) {
+    scrambled.add(rows[i].name, rows[i].order, rows[i].text);
+  }
 
   CHECK(forward.render() == expected);
   CHECK(scrambled.render() == expected);
@@ -481,8 +452,8 @@ TEST_CASE("TMPDIR and the process working directory change no byte", "[runtime_c
   const std::string before = record();
   std::string after;
   {
-    const EnvironmentVariable tmpdir("TMPDIR", (host.tmp / "other-tmp").string());
-    const WorkingDirectory cwd(host.tmp / "elsewhere");
+    const dsh::test::EnvironmentVariable tmpdir("TMPDIR", (host.tmp / "other-tmp").string());
+    const dsh::test::WorkingDirectory cwd(host.tmp / "elsewhere");
     REQUIRE(fs::temp_directory_path() == host.tmp / "other-tmp");
     after = record();
   }

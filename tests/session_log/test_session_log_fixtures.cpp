@@ -107,20 +107,18 @@ TEST_CASE("torn-tail.jsonl opens after cutting its torn last line, and reports t
   CHECK(reopened.events().size() == 1);
 }
 
-TEST_CASE("corrupt-middle.jsonl is refused at line 3 (not JSON, not the last line) and left unchanged") {
-  const TempDir dir;
-  const auto path = copy_fixture(dir, "corrupt-middle.jsonl");
-  const dsh::LogError error = open_error(path);
-  CHECK(error.line() == 3);
-  CHECK(std::string(error.what()) == log_message(path, 3, "not valid JSON at column 76: unterminated string"));
-  CHECK(read_file(path) == read_file(fixture("corrupt-middle.jsonl")));
-}
-
-TEST_CASE("seq-gap.jsonl is refused at line 3 (seq 2 where 1 was expected) and left unchanged") {
-  const TempDir dir;
-  const auto path = copy_fixture(dir, "seq-gap.jsonl");
-  const dsh::LogError error = open_error(path);
-  CHECK(error.line() == 3);
-  CHECK(std::string(error.what()) == log_message(path, 3, "seq 2 where 1 was expected"));
-  CHECK(read_file(path) == read_file(fixture("seq-gap.jsonl")));
+TEST_CASE("a fixture broken at line 3 is refused there, with the reason, and left unchanged") {
+  const std::array<std::pair<const char*, const char*>, 2> broken{{
+      {"corrupt-middle.jsonl", "not valid JSON at column 76: unterminated string"}, // not the last line
+      {"seq-gap.jsonl", "seq 2 where 1 was expected"},
+  }};
+  for (const auto& [name, reason] : broken) {
+    CAPTURE(name);
+    const TempDir dir;
+    const auto path = copy_fixture(dir, name);
+    const dsh::LogError error = open_error(path);
+    CHECK(error.line() == 3);
+    CHECK(std::string(error.what()) == log_message(path, 3, reason));
+    CHECK(read_file(path) == read_file(fixture(name)));
+  }
 }

@@ -69,6 +69,16 @@ SessionLog log_with_two_calls(const std::filesystem::path& path) {
   return log;
 }
 
+/// The log of `log_with_two_calls` in a fresh directory, and a descriptor kept on its file to
+/// read it after the file has lost its name.
+struct WatchedLog {
+  TempDir dir;
+  std::filesystem::path path = dir / "s.jsonl";
+  SessionLog first = log_with_two_calls(path);
+  Watch orphan{path};
+  std::string before = orphan.bytes();
+};
+
 /// The message of the LogError that appending the call n 99 to `log` throws.
 std::string append_error(SessionLog& log) {
   return log_error_from([&] { log.append("tool/call", {{"n", 99}}); }).what();
@@ -77,11 +87,8 @@ std::string append_error(SessionLog& log) {
 } // namespace
 
 TEST_CASE("an unlinked log refuses to append; a new log at the name starts its own seqs") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto first = log_with_two_calls(path);
-  const Watch orphan(path);
-  const std::string before = orphan.bytes();
+  WatchedLog watched;
+  auto& [dir, path, first, orphan, before] = watched;
   REQUIRE(::unlink(path.c_str()) == 0);
 
   CHECK(append_error(first) == lost_message(path, "it was unlinked"));
@@ -98,11 +105,8 @@ TEST_CASE("an unlinked log refuses to append; a new log at the name starts its o
 }
 
 TEST_CASE("a log replaced by rename refuses to append; the log at the name keeps contiguous seqs") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto first = log_with_two_calls(path);
-  const Watch orphan(path);
-  const std::string before = orphan.bytes();
+  WatchedLog watched;
+  auto& [dir, path, first, orphan, before] = watched;
   // The replacement is a byte-for-byte copy (an editor's save, say): appending to the old
   // file would give two different events seq 2.
   write_file(dir / "copy", before);

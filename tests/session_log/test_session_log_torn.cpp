@@ -5,8 +5,7 @@
 
 #include <unistd.h>
 
-using dsh::SandboxMode;
-using dsh::SessionLog;
+using namespace dsh;
 using namespace dsh::test;
 
 namespace {

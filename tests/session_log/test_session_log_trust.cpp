@@ -10,8 +10,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 
-using dsh::SessionLog;
-using dsh::SessionLogOptions;
+using namespace dsh;
 using namespace dsh::test;
 
 namespace {

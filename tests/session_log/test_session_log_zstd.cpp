@@ -102,14 +102,19 @@ std::string joined(const std::vector<std::string>& lines) {
   return text;
 }
 
+/// Creates the compressed log `path` with the header every test here uses.
+SessionLog create_zstd(const std::filesystem::path& path) {
+  SessionLogOptions options;
+  options.encoding = DshLogEncoding::zstd;
+  return SessionLog::create(path, SessionHeader{"z1", "/w", 1700000000000}, options);
+}
+
 } // namespace
 
 TEST_CASE("zstd log: create writes a header frame, each append one checksummed frame the zstd tool reads") {
   const TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
-  SessionLogOptions options;
-  options.encoding = DshLogEncoding::zstd;
-  SessionLog log = SessionLog::create(path, SessionHeader{"z1", "/w", 1700000000000}, options);
+  SessionLog log = create_zstd(path);
   CHECK(log.encoding() == DshLogEncoding::zstd);
   const std::string header_text = dsh::test::header_line("z1", 1700000000000, R"("/w")");
   CHECK(zstd_cli_text(path) == header_text);
@@ -350,9 +355,7 @@ TEST_CASE("zstd log: a byte flipped anywhere, or a file cut inside its header fr
 TEST_CASE("zstd log: two writers share one compressed log; a crashed writer's torn frame is repaired on refresh") {
   const TempDir dir;
   const auto path = dir / "session.jsonl.zstd";
-  SessionLogOptions options;
-  options.encoding = DshLogEncoding::zstd;
-  SessionLog first = SessionLog::create(path, SessionHeader{"z1", "/w", 1700000000000}, options);
+  SessionLog first = create_zstd(path);
   SessionLog second = SessionLog::open(path);
   CHECK(first.append("assistant/text", {{"text", "from first"}}) == 0);
   CHECK(second.append("assistant/text", {{"text", "from second"}}) == 1); // caught up first

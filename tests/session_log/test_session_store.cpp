@@ -2,6 +2,7 @@
 // encodings DSH's own code produces), finding a log by id with and without its cwd, listing,
 // and the hostile cases: ids and cwds that try to leave the root, symbolic links planted in
 // the store, duplicated ids, both encodings at once, and a header that belongs elsewhere.
+#include "support/scoped.hpp"
 #include "support/session_log.hpp"
 
 #include <dsh/detail/slog/zstd_frames.hpp>
@@ -32,50 +33,52 @@ fs::path plant_log(const fs::path& dir, std::string_view id_json, std::string_vi
   return dir / "session.jsonl";
 }
 
-std::string config_error(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const dsh::ConfigError& error) {
-    return error.what();
-  }
-  FAIL("expected a dsh::ConfigError");
-  return {};
-}
-
 } // namespace
 
 TEST_CASE("session ids are encoded into one safe segment as DSH encodes them", "[store]") {
-  CHECK(dsh::dsh_encode_segment("01JABCDEF-x_y.z") == "01JABCDEF-x_y.z");
-  CHECK(dsh::dsh_encode_segment(".") == "~002E");
-  CHECK(dsh::dsh_encode_segment("..") == "~002E~002E");
-  CHECK(dsh::dsh_encode_segment("...") == "...");
-  CHECK(dsh::dsh_encode_segment("../etc") == "..~002Fetc");
-  CHECK(dsh::dsh_encode_segment("/etc/passwd") == "~002Fetc~002Fpasswd");
-  CHECK(dsh::dsh_encode_segment(std::string("a\0b", 3)) == "a~0000b");
-  CHECK(dsh::dsh_encode_segment("~") == "~007E");
-  CHECK(dsh::dsh_encode_segment("a b\\c") == "a~0020b~005Cc");
-  CHECK(dsh::dsh_encode_segment("\xC3\xA9") == "~00E9");
-  CHECK(dsh::dsh_encode_segment("\xEF\xBF\xBD") == "~FFFD");
-  CHECK(dsh::dsh_encode_segment("\xF0\x9F\x98\x80") == "~D83D~DE00"); // UTF-16 code units
-  CHECK(config_error([] { static_cast<void>(dsh::dsh_encode_segment("")); }) ==
+  const std::vector<std::pair<std::string, std::string>> encoded{
+      {"01JABCDEF-x_y.z", "01JABCDEF-x_y.z"},
+      {".", "~002E"},
+      {"..", "~002E~002E"},
+      {"...", "..."},
+      {"../etc", "..~002Fetc"},
+      {"/etc/passwd", "~002Fetc~002Fpasswd"},
+      {std::string("a\0b", 3), "a~0000b"},
+      {"~", "~007E"},
+      {"a b\\c", "a~0020b~005Cc"},
+      {"\xC3\xA9", "~00E9"},
+      {"\xEF\xBF\xBD", "~FFFD"},
+      {"\xF0\x9F\x98\x80", "~D83D~DE00"}, // UTF-16 code units
+  };
+  for (const auto& [id, segment] : encoded) {
+    CAPTURE(id);
+    CHECK(dsh::dsh_encode_segment(id) == segment);
+  }
+  CHECK(thrown_message<dsh::ConfigError>([] { static_cast<void>(dsh::dsh_encode_segment("")); }) ==
         R"(DSH session id: expected a non-empty UTF-8 string; found "")");
-  CHECK(config_error([] { static_cast<void>(dsh::dsh_encode_segment("a\xFF")); }) ==
+  CHECK(thrown_message<dsh::ConfigError>([] { static_cast<void>(dsh::dsh_encode_segment("a\xFF")); }) ==
         "DSH session id: expected a non-empty UTF-8 string; found \"a\xEF\xBF\xBD\"");
 }
 
 TEST_CASE("project keys are computed as DSH computes them", "[store]") {
-  CHECK(dsh::dsh_project_key("/srv/dsh-fixture/project") == "--srv-dsh-fixture-project--");
-  CHECK(dsh::dsh_project_key("/") == "--root--");
-  CHECK(dsh::dsh_project_key("---") == "--root--");
-  CHECK(dsh::dsh_project_key("//a//b/") == "--a-b---");
-  CHECK(dsh::dsh_project_key("C:\\Users\\me") == "--C-Users-me--");
-  CHECK(dsh::dsh_project_key("-lead/x") == "--lead-x--");
-  CHECK(dsh::dsh_project_key("/home/\xC3\xBC x/~") == "--home-~00FC~0020x-~007E--");
-  CHECK(dsh::dsh_project_key("/../..") == "--..-..--");
-  CHECK(dsh::dsh_project_key("/" + std::string(300, 'a')) == "--" + std::string(251, 'a') + "--");
+  const std::vector<std::pair<std::string, std::string>> keys{
+      {"/srv/dsh-fixture/project", "--srv-dsh-fixture-project--"},
+      {"/", "--root--"},
+      {"---", "--root--"},
+      {"//a//b/", "--a-b---"},
+      {"C:\\Users\\me", "--C-Users-me--"},
+      {"-lead/x", "--lead-x--"},
+      {"/home/\xC3\xBC x/~", "--home-~00FC~0020x-~007E--"},
+      {"/../..", "--..-..--"},
+      {"/" + std::string(300, 'a'), "--" + std::string(251, 'a') + "--"},
+  };
+  for (const auto& [cwd, key] : keys) {
+    CAPTURE(cwd);
+    CHECK(dsh::dsh_project_key(cwd) == key);
+  }
   CHECK(dsh::dsh_project_directory(std::nullopt) == "_no-cwd");
   CHECK(dsh::dsh_project_directory(std::string("/srv/p")) == "--srv-p--");
-  CHECK(config_error([] { static_cast<void>(dsh::dsh_project_key("")); }) ==
+  CHECK(thrown_message<dsh::ConfigError>([] { static_cast<void>(dsh::dsh_project_key("")); }) ==
         R"(DSH session cwd: expected a non-empty UTF-8 string; found "")");
 }
 

@@ -2,6 +2,7 @@
 // with the files, child processes and the unprivileged user of the support layer.
 #pragma once
 
+#include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
 
 #include "support/catch.hpp"
@@ -79,5 +80,43 @@ inline std::string header_line(std::string_view id, std::int64_t created_at, std
   }
   return line + ",\"delegationDepth\":0}\n";
 }
+
+/// A session log at `path` (session `id`, cwd `cwd`) switched to workspace-write, and `forged`:
+/// the `sandbox/mode` line that, appended, switches it to danger-full-access (made on a copy,
+/// whose resolution proves it). The red-team suites try to append it from under the fence.
+struct ForgeableLog {
+  std::filesystem::path path;
+  std::string bytes;  ///< The log as created.
+  std::string forged; ///< The forged switch, one line.
+
+  ForgeableLog(std::filesystem::path log, const std::string& id, const std::filesystem::path& cwd)
+      : path(std::move(log)) {
+    {
+      SessionLog created = SessionLog::create(path, {id, cwd.string(), 1764480000000});
+      set_sandbox_mode(created, SandboxMode::workspace_write);
+    }
+    bytes = read_file(path);
+    const std::filesystem::path copy = path.string() + ".forgery";
+    write_file(copy, bytes);
+    {
+      SessionLog control = SessionLog::open(copy);
+      set_sandbox_mode(control, SandboxMode::danger_full_access);
+    }
+    forged = read_file(copy).substr(bytes.size());
+    std::filesystem::remove(copy);
+  }
+
+  /// The mode a host resolves from the log now.
+  [[nodiscard]] SandboxMode mode() const { return PolicyOwner().resolve(SessionLog::open(path)).mode; }
+
+  /// The mode a host resolves from a copy of the log holding `content` instead.
+  [[nodiscard]] SandboxMode mode_of_copy(const std::string& content) const {
+    const std::filesystem::path copy = path.string() + ".forgery";
+    write_file(copy, content);
+    const SandboxMode mode = PolicyOwner().resolve(SessionLog::open(copy)).mode;
+    std::filesystem::remove(copy);
+    return mode;
+  }
+};
 
 } // namespace dsh::test

@@ -5,6 +5,7 @@
 // nothing the runner prints is mistaken for either.
 #include "support/landlock.hpp"
 #include "support/seccomp.hpp"
+#include "support/terminal.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -260,11 +261,8 @@ TEST_CASE("dsh-fence-run: the command's status, stdout, stderr and stdin pass th
 TEST_CASE("dsh-fence-run: a terminal on its stdin is not handed on, so the command cannot reconfigure it") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
-  int leader = -1;
-  int terminal = -1;
-  REQUIRE(::openpty(&leader, &terminal, nullptr, nullptr, nullptr) == 0);
-  const dsh::UniqueFd leader_end{leader};
-  const dsh::UniqueFd terminal_end{terminal};
+  const dsh::test::Pty pty(24, 80);
+  const int terminal = pty.slave();
   termios before{};
   REQUIRE(::tcgetattr(terminal, &before) == 0);
   REQUIRE((before.c_lflag & ECHO) != 0);
