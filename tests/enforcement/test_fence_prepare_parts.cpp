@@ -9,9 +9,11 @@
 
 #include <array>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sched.h>
@@ -147,52 +149,49 @@ TEST_CASE("each syscall filter is built once per process, equal to a fresh build
   }
 }
 
+/// The entries `append_resolution_entries` reads for `path` with `links` links allowed, as
+/// native strings, and the links left.
+std::pair<std::vector<std::string>, int> resolution(const std::string& path, int links) {
+  std::vector<std::filesystem::path> entries;
+  dsh::detail::append_resolution_entries(path, entries, links);
+  return {natives(entries), links};
+}
+
+/// The prefixes of `base`, then `base` joined with each of `entries`.
+std::vector<std::string> beneath(const std::string& base, std::initializer_list<const char*> entries) {
+  std::vector<std::string> expected = prefixes_of(base);
+  for (const char* entry : entries) {
+    expected.push_back(base + entry);
+  }
+  return expected;
+}
+
 TEST_CASE("the guards' resolution walk lists every entry read, through links and dot-dot, once each") {
   const TempDir scratch;
   const std::string base = canonical_path(scratch.path()).native();
   std::filesystem::create_directories(base + "/real/dir");
   std::filesystem::create_directory_symlink("real", base + "/link");
-  std::vector<std::string> expected = prefixes_of(base);
 
   SECTION("a relative link on the way, then a missing last component") {
-    std::vector<std::filesystem::path> entries;
-    int links = 40;
-    dsh::detail::append_resolution_entries(base + "/link/dir/file", entries, links);
-    for (const char* entry : {"/link", "/real", "/real/dir", "/real/dir/file"}) {
-      expected.push_back(base + entry);
-    }
-    CHECK(natives(entries) == expected);
+    const auto [entries, links] = resolution(base + "/link/dir/file", 40);
+    CHECK(entries == beneath(base, {"/link", "/real", "/real/dir", "/real/dir/file"}));
     CHECK(links == 39);
   }
   SECTION("dot-dot reads no entry, and the directory after it is the canonical parent") {
-    std::vector<std::filesystem::path> entries;
-    int links = 40;
-    dsh::detail::append_resolution_entries(base + "/real/dir/../x", entries, links);
-    for (const char* entry : {"/real", "/real/dir", "/real/x"}) {
-      expected.push_back(base + entry);
-    }
-    CHECK(natives(entries) == expected);
+    const auto [entries, links] = resolution(base + "/real/dir/../x", 40);
+    CHECK(entries == beneath(base, {"/real", "/real/dir", "/real/x"}));
     CHECK(links == 40);
   }
   SECTION("an absolute link, and empty and dot components") {
     std::filesystem::create_directory_symlink(base + "/real", base + "/absolute");
-    std::vector<std::filesystem::path> entries;
-    int links = 40;
-    dsh::detail::append_resolution_entries(base + "//absolute/./dir/", entries, links);
-    for (const char* entry : {"/absolute", "/real", "/real/dir"}) {
-      expected.push_back(base + entry);
-    }
-    CHECK(natives(entries) == expected);
+    const auto [entries, links] = resolution(base + "//absolute/./dir/", 40);
+    CHECK(entries == beneath(base, {"/absolute", "/real", "/real/dir"}));
     CHECK(links == 39);
   }
   SECTION("no links left: the link is listed, not followed") {
-    std::vector<std::filesystem::path> entries;
-    int links = 0;
-    dsh::detail::append_resolution_entries(base + "/link/dir", entries, links);
-    for (const char* entry : {"/link", "/real/dir"}) {
-      expected.push_back(base + entry);
-    }
-    CHECK(natives(entries) == expected);
+    const auto [entries, links] = resolution(base + "/link/dir", 0);
+    CHECK(entries == beneath(base, {"/link", "/real/dir"}));
+    CHECK(links == 0);
   }
 }
 

@@ -40,51 +40,47 @@ TEST_CASE("create refuses a header that is not valid UTF-8, creating nothing") {
 }
 
 TEST_CASE("a forged sandbox/mode append throws InvariantViolation and writes nothing") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto log = SessionLog::create(path, {"forge", {}, 1});
-  dsh::set_sandbox_mode(log, SandboxMode::workspace_write);
-  const std::string before = read_file(path);
+  FreshLog fresh("s.jsonl", "forge");
+  dsh::set_sandbox_mode(fresh.log, SandboxMode::workspace_write);
+  const std::string before = read_file(fresh.path);
 
   const auto refused = [&](const nlohmann::json& data, std::string_view text) {
     try {
-      log.append("sandbox/mode", data);
+      fresh.log.append("sandbox/mode", data);
       FAIL("expected dsh::InvariantViolation");
     } catch (const dsh::InvariantViolation& violation) {
       CHECK(std::string(violation.what()) == text);
     }
-    CHECK(read_file(path) == before);
-    CHECK(log.next_seq() == 1);
-    CHECK(log.sandbox_mode_override() == SandboxMode::workspace_write);
+    CHECK(read_file(fresh.path) == before);
+    CHECK(fresh.log.next_seq() == 1);
+    CHECK(fresh.log.sandbox_mode_override() == SandboxMode::workspace_write);
   };
   refused({{"mode", "host-root"}}, R"(sandbox/mode carries unknown mode "host-root")");
   refused({{"mode", 42}}, "sandbox/mode carries unknown mode 42");
   refused(nlohmann::json::object(), "sandbox/mode carries no mode");
   refused(nullptr, "sandbox/mode carries no mode");
-  CHECK(log.append("turn/end", {{"turn", 0}}) == 1);
+  CHECK(fresh.log.append("turn/end", {{"turn", 0}}) == 1);
 }
 
 TEST_CASE("append refuses a type without '/' and data that is not UTF-8, writing nothing") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto log = SessionLog::create(path, {"types", {}, 1});
-  const std::string before = read_file(path);
+  FreshLog fresh("s.jsonl", "types");
+  const std::string before = read_file(fresh.path);
 
-  const dsh::LogError packed = log_error_from([&] { log.append("text-chunks", {{"dt", {1}}}); });
+  const dsh::LogError packed = log_error_from([&] { fresh.log.append("text-chunks", {{"dt", {1}}}); });
   CHECK(std::string(packed.what()) ==
-        log_message(path, 0,
+        log_message(fresh.path, 0,
                     R"(cannot append an event of type "text-chunks": an event type needs a "/" (a type without one )"
                     R"(marks a packed chunk row))"));
-  CHECK_THROWS_AS(log.append("", {}), dsh::LogError);
-  CHECK_THROWS_AS(log.append("session", {}), dsh::LogError);
+  CHECK_THROWS_AS(fresh.log.append("", {}), dsh::LogError);
+  CHECK_THROWS_AS(fresh.log.append("session", {}), dsh::LogError);
 
-  const dsh::LogError utf8 = log_error_from([&] { log.append("user/message", {{"text", "caf\xE9"}}); });
-  CHECK(std::string(utf8.what()).starts_with(log_message(path, 0, "cannot write the event data: ")));
-  CHECK_THROWS_AS(log.append("bad\xFF/type", {}), dsh::LogError);
+  const dsh::LogError utf8 = log_error_from([&] { fresh.log.append("user/message", {{"text", "caf\xE9"}}); });
+  CHECK(std::string(utf8.what()).starts_with(log_message(fresh.path, 0, "cannot write the event data: ")));
+  CHECK_THROWS_AS(fresh.log.append("bad\xFF/type", {}), dsh::LogError);
 
-  CHECK(read_file(path) == before);
-  CHECK(log.next_seq() == 0);
-  CHECK(log.append("turn/start", {}) == 0);
+  CHECK(read_file(fresh.path) == before);
+  CHECK(fresh.log.next_seq() == 0);
+  CHECK(fresh.log.append("turn/start", {}) == 0);
 }
 
 TEST_CASE("a short write is rolled back to the previous length, and the next append is clean") {
@@ -135,27 +131,25 @@ TEST_CASE("a short write is rolled back to the previous length, and the next app
 }
 
 TEST_CASE("envelope members are written after data; a bad envelope writes nothing") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto log = SessionLog::create(path, {"envelope", {}, 1});
-  const std::string header = read_file(path);
+  FreshLog fresh("s.jsonl", "envelope");
+  const std::string header = read_file(fresh.path);
 
-  CHECK(log.append("user/message", {{"role", "user"}}, {{"surfaceOp", "append"}}) == 0);
-  const std::string line = read_file(path).substr(header.size());
+  CHECK(fresh.log.append("user/message", {{"role", "user"}}, {{"surfaceOp", "append"}}) == 0);
+  const std::string line = read_file(fresh.path).substr(header.size());
   const auto parsed = nlohmann::json::parse(line);
   CHECK(line.starts_with(R"({"type":"user/message","seq":0,"time":)"));
   CHECK(line.ends_with(R"(,"data":{"role":"user"},"surfaceOp":"append"})"
                        "\n"));
   CHECK(parsed.size() == 5);
 
-  const std::string before = read_file(path);
-  CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, {{"seq", 9}}), dsh::ConfigError);
-  CHECK_THROWS_AS(log.append("user/message", {{"role", "user"}}, nlohmann::json::array()), dsh::ConfigError);
+  const std::string before = read_file(fresh.path);
+  CHECK_THROWS_AS(fresh.log.append("user/message", {{"role", "user"}}, {{"seq", 9}}), dsh::ConfigError);
+  CHECK_THROWS_AS(fresh.log.append("user/message", {{"role", "user"}}, nlohmann::json::array()), dsh::ConfigError);
   // What is stored is refused when it is not UTF-8: envelope keys as well as values.
-  const dsh::LogError key = log_error_from([&] { log.append("user/message", {}, {{"caf\xE9", 1}}); });
-  CHECK(std::string(key.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
-  const dsh::LogError value = log_error_from([&] { log.append("user/message", {}, {{"note", "caf\xE9"}}); });
-  CHECK(std::string(value.what()).starts_with(log_message(path, 0, "cannot write the event envelope: ")));
-  CHECK(read_file(path) == before);
-  CHECK(log.next_seq() == 1);
+  const dsh::LogError key = log_error_from([&] { fresh.log.append("user/message", {}, {{"caf\xE9", 1}}); });
+  CHECK(std::string(key.what()).starts_with(log_message(fresh.path, 0, "cannot write the event envelope: ")));
+  const dsh::LogError value = log_error_from([&] { fresh.log.append("user/message", {}, {{"note", "caf\xE9"}}); });
+  CHECK(std::string(value.what()).starts_with(log_message(fresh.path, 0, "cannot write the event envelope: ")));
+  CHECK(read_file(fresh.path) == before);
+  CHECK(fresh.log.next_seq() == 1);
 }

@@ -44,29 +44,27 @@ void check_all_there(const std::filesystem::path& path, std::size_t writers, std
 TEST_CASE("N threads x M appends on one log, while readers iterate") {
   constexpr std::size_t threads = 6;
   constexpr std::size_t appends = 20;
-  const TempDir dir;
-  const auto path = dir / "threads.jsonl";
-  auto log = SessionLog::create(path, {"threads", {}, 1});
+  FreshLog fresh("threads.jsonl", "threads");
 
   std::atomic<bool> done{false};
   std::atomic<std::size_t> rows_read{0};
   std::thread reader([&] {
     while (!done.load()) {
-      for (const nlohmann::json& event : log.events()) {
+      for (const nlohmann::json& event : fresh.log.events()) {
         rows_read += event.is_object() ? 1U : 0U;
       }
-      static_cast<void>(log.sandbox_mode_override());
-      static_cast<void>(log.next_seq());
+      static_cast<void>(fresh.log.sandbox_mode_override());
+      static_cast<void>(fresh.log.next_seq());
     }
   });
   std::vector<std::thread> writers;
   writers.reserve(threads);
   for (std::size_t t = 0; t < threads; ++t) {
-    writers.emplace_back([&log, t] {
+    writers.emplace_back([&fresh, t] {
       for (std::size_t i = 0; i < appends; ++i) {
-        log.append("test/append", {{"writer", t}, {"i", i}});
+        fresh.log.append("test/append", {{"writer", t}, {"i", i}});
         if (i % 5 == 0) {
-          dsh::set_sandbox_mode(log, dsh::SANDBOX_MODES[t % 3]);
+          dsh::set_sandbox_mode(fresh.log, dsh::SANDBOX_MODES[t % 3]);
         }
       }
     });
@@ -78,9 +76,9 @@ TEST_CASE("N threads x M appends on one log, while readers iterate") {
   reader.join();
 
   const std::size_t switches = threads * (appends / 5);
-  CHECK(log.next_seq() == threads * appends + switches);
-  CHECK(log.sandbox_mode_override() == dsh::effective_mode(log.events()));
-  check_all_there(path, threads, appends, switches);
+  CHECK(fresh.log.next_seq() == threads * appends + switches);
+  CHECK(fresh.log.sandbox_mode_override() == dsh::effective_mode(fresh.log.events()));
+  check_all_there(fresh.path, threads, appends, switches);
 }
 
 TEST_CASE("threads appending through two logs of the same file never collide") {
@@ -112,15 +110,13 @@ TEST_CASE("threads appending through two logs of the same file never collide") {
 TEST_CASE("K processes x M appends to one log lose nothing and never interleave") {
   constexpr std::size_t processes = 4;
   constexpr std::size_t appends = 25;
-  const TempDir dir;
-  const auto path = dir / "processes.jsonl";
-  auto parent = SessionLog::create(path, {"processes", {}, 1});
+  FreshLog fresh("processes.jsonl", "processes");
 
   std::vector<std::unique_ptr<Child>> children;
   children.reserve(processes);
   for (std::size_t k = 0; k < processes; ++k) {
-    children.push_back(std::make_unique<Child>([&path, k](int) {
-      auto log = SessionLog::open(path);
+    children.push_back(std::make_unique<Child>([&fresh, k](int) {
+      auto log = SessionLog::open(fresh.path);
       for (std::size_t i = 0; i < appends; ++i) {
         log.append("test/append", {{"writer", k}, {"i", i}, {"padding", std::string(i * 97, 'x')}});
       }
@@ -130,22 +126,22 @@ TEST_CASE("K processes x M appends to one log lose nothing and never interleave"
   for (auto& child : children) {
     CHECK(child->exit_code() == 0);
   }
-  check_all_there(path, processes, appends);
+  check_all_there(fresh.path, processes, appends);
 
-  // The parent's log learns of the others' rows at its next append (or refresh), and its own
+  // The fresh.log's log learns of the others' rows at its next append (or refresh), and its own
   // append takes the next seq after them.
-  CHECK(parent.events().empty());
-  CHECK(parent.append("test/parent", {}) == processes * appends);
-  CHECK(parent.events().size() == processes * appends + 1);
+  CHECK(fresh.log.events().empty());
+  CHECK(fresh.log.append("test/parent", {}) == processes * appends);
+  CHECK(fresh.log.events().size() == processes * appends + 1);
 
-  Child switcher([&path](int) {
-    auto log = SessionLog::open(path);
+  Child switcher([&fresh](int) {
+    auto log = SessionLog::open(fresh.path);
     dsh::set_sandbox_mode(log, SandboxMode::danger_full_access);
     return 0;
   });
   REQUIRE(switcher.exit_code() == 0);
-  CHECK(parent.sandbox_mode_override() == std::nullopt);
-  parent.refresh();
-  CHECK(parent.sandbox_mode_override() == SandboxMode::danger_full_access);
-  CHECK(parent.next_seq() == processes * appends + 2);
+  CHECK(fresh.log.sandbox_mode_override() == std::nullopt);
+  fresh.log.refresh();
+  CHECK(fresh.log.sandbox_mode_override() == SandboxMode::danger_full_access);
+  CHECK(fresh.log.next_seq() == processes * appends + 2);
 }

@@ -25,21 +25,19 @@ nlohmann::json nested(std::size_t levels) {
 } // namespace
 
 TEST_CASE("append refuses data nested deeper than a row may be, and writes nothing") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto log = SessionLog::create(path, {"deep", {}, 1});
-  CHECK(log.append("tool/call", nested(511)) == 0);
-  const std::string before = read_file(path);
+  FreshLog fresh("s.jsonl", "deep");
+  CHECK(fresh.log.append("tool/call", nested(511)) == 0);
+  const std::string before = read_file(fresh.path);
   const std::string expected =
-      log_message(path, 0, "cannot append an event nested deeper than 512 levels (no log may hold one)");
-  CHECK(std::string(log_error_from([&] { log.append("tool/call", nested(512)); }).what()) == expected);
-  // Far deeper than the fixed path the disposal keeps: taken apart all the same.
-  CHECK(std::string(log_error_from([&] { log.append("tool/call", nested(5000)); }).what()) == expected);
+      log_message(fresh.path, 0, "cannot append an event nested deeper than 512 levels (no log may hold one)");
+  CHECK(std::string(log_error_from([&] { fresh.log.append("tool/call", nested(512)); }).what()) == expected);
+  // Far deeper than the fixed fresh.path the disposal keeps: taken apart all the same.
+  CHECK(std::string(log_error_from([&] { fresh.log.append("tool/call", nested(5000)); }).what()) == expected);
   CHECK(std::string(log_error_from([&] {
-                      log.append("tool/call", {}, nlohmann::json{{"extra", nested(512)}});
+                      fresh.log.append("tool/call", {}, nlohmann::json{{"extra", nested(512)}});
                     }).what()) == expected);
-  CHECK(read_file(path) == before);
-  const SessionLog reopened = SessionLog::open(path);
+  CHECK(read_file(fresh.path) == before);
+  const SessionLog reopened = SessionLog::open(fresh.path);
   CHECK(reopened.next_seq() == 1);
   CHECK(reopened.events()[0].at("data") == nested(511));
 }

@@ -88,68 +88,65 @@ std::string append_error(SessionLog& log) {
 
 TEST_CASE("an unlinked log refuses to append; a new log at the name starts its own seqs") {
   WatchedLog watched;
-  auto& [dir, path, first, orphan, before] = watched;
-  REQUIRE(::unlink(path.c_str()) == 0);
+  REQUIRE(::unlink(watched.path.c_str()) == 0);
 
-  CHECK(append_error(first) == lost_message(path, "it was unlinked"));
-  CHECK(orphan.bytes() == before);
-  CHECK(first.next_seq() == 2);
+  CHECK(append_error(watched.first) == lost_message(watched.path, "it was unlinked"));
+  CHECK(watched.orphan.bytes() == watched.before);
+  CHECK(watched.first.next_seq() == 2);
 
-  auto second = SessionLog::create(path, {"s2", {}, 2});
+  auto second = SessionLog::create(watched.path, {"s2", {}, 2});
   CHECK(second.append("tool/call", {{"n", 10}}) == 0);
   // Once lost, always refused (the message says what happened, now with a new file there).
-  CHECK(append_error(first) == lost_message(path, "it was unlinked"));
-  CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) == lost_message(path, "it was unlinked"));
-  CHECK(orphan.bytes() == before);
-  CHECK(rows(path) == Rows{{0, 10}});
+  CHECK(append_error(watched.first) == lost_message(watched.path, "it was unlinked"));
+  CHECK(std::string(log_error_from([&] { watched.first.refresh(); }).what()) ==
+        lost_message(watched.path, "it was unlinked"));
+  CHECK(watched.orphan.bytes() == watched.before);
+  CHECK(rows(watched.path) == Rows{{0, 10}});
 }
 
 TEST_CASE("a log replaced by rename refuses to append; the log at the name keeps contiguous seqs") {
   WatchedLog watched;
-  auto& [dir, path, first, orphan, before] = watched;
   // The replacement is a byte-for-byte copy (an editor's save, say): appending to the old
   // file would give two different events seq 2.
-  write_file(dir / "copy", before);
-  std::filesystem::rename(dir / "copy", path);
+  write_file(watched.dir / "copy", watched.before);
+  std::filesystem::rename(watched.dir / "copy", watched.path);
 
-  CHECK(append_error(first) == lost_message(path, "it was unlinked, and another file was put at its name"));
-  auto second = SessionLog::open(path);
+  CHECK(append_error(watched.first) ==
+        lost_message(watched.path, "it was unlinked, and another file was put at its name"));
+  auto second = SessionLog::open(watched.path);
   CHECK(second.append("tool/call", {{"n", 2}}) == 2);
-  CHECK(append_error(first) == lost_message(path, "it was unlinked, and another file was put at its name"));
-  CHECK(orphan.bytes() == before);
-  CHECK(rows(path) == Rows{{0, 0}, {1, 1}, {2, 2}});
+  CHECK(append_error(watched.first) ==
+        lost_message(watched.path, "it was unlinked, and another file was put at its name"));
+  CHECK(watched.orphan.bytes() == watched.before);
+  CHECK(rows(watched.path) == Rows{{0, 0}, {1, 1}, {2, 2}});
 }
 
 TEST_CASE("a log still linked elsewhere but replaced at its name refuses to append") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto first = SessionLog::create(path, {"s", {}, 1});
-  first.append("tool/call", {{"n", 0}});
-  const std::string before = read_file(path);
-  std::filesystem::rename(path, dir / "kept");
-  CHECK(std::string(log_error_from([&] { first.refresh(); }).what()) ==
-        lost_message(path, "it was moved away from its name"));
+  FreshLog fresh("s.jsonl", "s");
+  fresh.log.append("tool/call", {{"n", 0}});
+  const std::string before = read_file(fresh.path);
+  std::filesystem::rename(fresh.path, fresh.dir / "kept");
+  CHECK(std::string(log_error_from([&] { fresh.log.refresh(); }).what()) ==
+        lost_message(fresh.path, "it was moved away from its name"));
 
-  // A different log now at the name: the first log's file still has a name, but not this one.
-  auto second = SessionLog::create(path, {"s2", {}, 2});
+  // A different log now at the name: the fresh.log log's file still has a name, but not this one.
+  auto second = SessionLog::create(fresh.path, {"s2", {}, 2});
   CHECK(second.append("tool/call", {{"n", 5}}) == 0);
-  CHECK(append_error(first) == lost_message(path, "it was moved away from its name"));
-  CHECK(read_file(dir / "kept") == before);
-  CHECK(rows(path) == Rows{{0, 5}});
+  CHECK(append_error(fresh.log) == lost_message(fresh.path, "it was moved away from its name"));
+  CHECK(read_file(fresh.dir / "kept") == before);
+  CHECK(rows(fresh.path) == Rows{{0, 5}});
 }
 
 TEST_CASE("a log whose file another file replaced while it stays linked elsewhere says so") {
-  const TempDir dir;
-  const auto path = dir / "s.jsonl";
-  auto first = SessionLog::create(path, {"s", {}, 1});
-  first.append("tool/call", {{"n", 0}});
-  REQUIRE(::link(path.c_str(), (dir / "kept").c_str()) == 0);
-  const std::string before = read_file(path);
-  write_file(dir / "copy", before);
-  std::filesystem::rename(dir / "copy", path);
-  CHECK(append_error(first) == lost_message(path, "another file was put at its name"));
-  CHECK(read_file(dir / "kept") == before);
-  CHECK(read_file(path) == before);
+  FreshLog fresh("s.jsonl", "s");
+  fresh.log.append("tool/call", {{"n", 0}});
+  REQUIRE(::link(fresh.path.c_str(), (fresh.dir / "kept").c_str()) == 0);
+  const std::string before = read_file(fresh.path);
+  write_file(fresh.dir / "copy", before);
+  std::filesystem::rename(fresh.dir / "copy", fresh.path);
+  CHECK(append_error(fresh.log) == lost_message(fresh.path, "another file was put at its name"));
+  CHECK(read_file(fresh.dir / "kept") == before);
+  CHECK(read_file(fresh.path) == before);
 }
 
 TEST_CASE("a log whose directory was removed refuses to append; a new log there starts its own seqs") {

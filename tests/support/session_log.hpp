@@ -81,6 +81,17 @@ inline std::string header_line(std::string_view id, std::int64_t created_at, std
   return line + ",\"delegationDepth\":0}\n";
 }
 
+/// A new session log `file` (session `id`, no cwd, created at 1) in a fresh directory, removed
+/// with everything in it. A test binds the parts it uses: `auto& [dir, path, log] = fresh;`.
+struct FreshLog {
+  TempDir dir;
+  std::filesystem::path path;
+  SessionLog log;
+
+  FreshLog(const std::string& file, const std::string& id)
+      : path(dir / file), log(SessionLog::create(path, {id, {}, 1})) {}
+};
+
 /// A session log at `path` (session `id`, cwd `cwd`) switched to workspace-write, and `forged`:
 /// the `sandbox/mode` line that, appended, switches it to danger-full-access (made on a copy,
 /// whose resolution proves it). The red-team suites try to append it from under the fence.

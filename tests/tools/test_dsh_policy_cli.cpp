@@ -37,6 +37,12 @@ std::string read_file(const fs::path& path) {
 
 /// Runs `program` with `args` in the directory `cwd`, capturing its output through files in `cwd`'s
 /// sibling scratch directory `scratch`.
+/// Checks that `show` succeeded and its first three lines name `log`, `session` and `mode`.
+void check_shown(const Run& shown, const std::string& log, const std::string& session, const std::string& mode) {
+  CHECK(shown.status == 0);
+  CHECK(shown.out.starts_with("log:       " + log + "\nsession:   " + session + "\nmode:      " + mode));
+}
+
 Run run(const fs::path& scratch, const fs::path& cwd, const std::string& program,
         const std::vector<std::string>& args) {
   const fs::path out = scratch / "stdout";
@@ -404,10 +410,8 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
 
   const Run shown = ws.policy({"show", "--session=sample-basic", "--families", "filesystem", "--dsh-root=store",
                                "--cwd", "/home/dev/sample-project"});
-  CHECK(shown.status == 0);
-  CHECK(shown.out.starts_with("log:       store/--home-dev-sample-project--/sample-basic/session.jsonl\n"
-                              "session:   sample-basic\n"
-                              "mode:      danger-full-access, set by the switch at seq 6"));
+  check_shown(shown, "store/--home-dev-sample-project--/sample-basic/session.jsonl", "sample-basic",
+              "danger-full-access, set by the switch at seq 6");
 
   const Run set = ws.policy({"set", "--dsh-root", "store", "--session", "sample-no-switch", "workspace-write"});
   CHECK(set.status == 0);
@@ -424,11 +428,8 @@ TEST_CASE("dsh-policy reads sessions from a DSH session store by id", "[cli][sto
 
   // The compressed session, by id: its effective mode, and an appended switch DSH can read.
   const Run compressed = ws.policy({"show", "--dsh-root", "store", "--session", "z"});
-  CHECK(compressed.status == 0);
+  check_shown(compressed, "store/--srv-z--/z/session.jsonl.zstd", "z", "workspace-write, set by the switch at seq 1");
   CHECK(compressed.err.empty());
-  CHECK(compressed.out.starts_with("log:       store/--srv-z--/z/session.jsonl.zstd\n"
-                                   "session:   z\n"
-                                   "mode:      workspace-write, set by the switch at seq 1"));
   const Run switched = ws.policy({"set", "--dsh-root", "store", "--session", "z", "read-only"});
   CHECK(switched.status == 0);
   CHECK(switched.out == "appended sandbox/mode read-only at seq 2 to store/--srv-z--/z/session.jsonl.zstd\n");
