@@ -50,6 +50,7 @@ public:
       ::unsetenv(name_);
     }
   }
+  /// Sets the variable to `value` (until the destructor restores it).
   void set(const std::string& value) const { REQUIRE(::setenv(name_, value.c_str(), 1) == 0); }
 
 private:

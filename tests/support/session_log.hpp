@@ -82,7 +82,8 @@ inline std::string header_line(std::string_view id, std::int64_t created_at, std
 }
 
 /// A new session log `file` (session `id`, no cwd, created at 1) in a fresh directory, removed
-/// with everything in it. A test binds the parts it uses: `auto& [dir, path, log] = fresh;`.
+/// with everything in it. Tests name its members (`fresh.path`, `fresh.log`) rather than bind
+/// them: clang 14 cannot capture a structured binding in a lambda.
 struct FreshLog {
   TempDir dir;
   std::filesystem::path path;
