@@ -41,7 +41,6 @@
 #include <unistd.h>
 
 using namespace dsh;
-using dsh::detail::ProtectedEntry;
 using dsh::detail::ProtectedKind;
 using dsh::detail::ProtectedScan;
 using namespace dsh::test;

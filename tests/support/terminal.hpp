@@ -5,11 +5,11 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdlib> // ptsname_r, a GNU extension of <stdlib.h>
 #include <string>
 #include <system_error>
 
 #include <pty.h>
-#include <stdlib.h> // ptsname_r
 
 namespace dsh::test {
 
