@@ -375,7 +375,8 @@ private:
         throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
       }
       ::mode_t mask = 022;
-      note = detail::LauncherClient::instance().hand_over(supervisor_end.get(), mask);
+      note =
+          detail::LauncherClient::instance().hand_over(supervisor_end.get(), mask, detail::LaunchWire::variant(fence));
       if (note.empty()) {
         // Should this throw, the supervisor reads end of file and exits without running anything.
         detail::LaunchWire::send(host_end.get(), *this, fence, plan, cwd.get(), mask);

@@ -191,7 +191,9 @@ public:
   /// then the mount, IPC and UTS namespaces and the mounts), else a new IPC namespace when
   /// `report().ipc_namespace`; no_new_privs; the Landlock domain (`enforced`); the capability
   /// drop of `FENCE_DROPPED_CAPABILITIES` (read-only and workspace-write); the system-call
-  /// filter, last (`report().syscall_filter`), so that nothing after it but exec is filtered.
+  /// filter, last (`report().syscall_filter`), so that nothing after it but exec is filtered,
+  /// unless the calling process already runs under that very program (`holds_syscall_filter`:
+  /// forked from the launcher's zygote, which refuses none of these steps).
   /// Async-signal-safe (raw system calls only), so it may run between fork and exec. Landlock
   /// and seccomp restrict the calling thread only: call it in a single-threaded child. Does
   /// nothing for an `unrestricted` fence. Returns the errno and the failing call when the
@@ -321,7 +323,9 @@ private:
     if (const detail::ChildStep failed = detail::drop_fence_capabilities(bounding, ambient); failed.error != 0) {
       return {failed.error, failed.step, true, failed.capability};
     }
-    if (report_.syscall_filter) {
+    // A supervisor forked from the launcher's filtered zygote already runs under the program
+    // it would install (the same bytes): the command inherits it as it is.
+    if (report_.syscall_filter && !detail::holds_syscall_filter(*filter)) {
       if (const int error = detail::install_syscall_filter(*filter); error != 0) {
         return {error, "seccomp(SECCOMP_SET_MODE_FILTER)"};
       }

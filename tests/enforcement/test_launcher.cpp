@@ -12,8 +12,11 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -56,6 +59,54 @@ bool running(::pid_t pid) {
   return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
 }
 
+/// The children of `pid` (/proc/<pid>/task/<pid>/children), in the kernel's order.
+std::vector<::pid_t> children_of(::pid_t pid) {
+  const std::string id = std::to_string(pid);
+  std::ifstream list("/proc/" + id + "/task/" + id + "/children");
+  std::vector<::pid_t> children;
+  for (::pid_t child = 0; list >> child;) {
+    children.push_back(child);
+  }
+  return children;
+}
+
+/// The values of NoNewPrivs, Seccomp and Seccomp_filters in `status` (a /proc status text), as
+/// "NoNewPrivs=N Seccomp=N Seccomp_filters=N".
+std::string filter_fields_in(const std::string& status) {
+  std::istringstream lines(status);
+  std::string text;
+  for (std::string line; std::getline(lines, line);) {
+    for (const std::string_view key : {"NoNewPrivs:", "Seccomp:", "Seccomp_filters:"}) {
+      if (line.starts_with(key)) {
+        const std::size_t value = line.find_first_not_of(" \t", key.size());
+        text += (text.empty() ? "" : " ") + std::string(key.substr(0, key.size() - 1)) + "=" +
+                (value == std::string::npos ? "" : line.substr(value));
+      }
+    }
+  }
+  return text;
+}
+
+/// `filter_fields_in` of /proc/<pid>/status ("self" when `pid` is 0).
+std::string filter_fields(::pid_t pid) {
+  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
+  return filter_fields_in(std::string((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>()));
+}
+
+/// `filter_fields` of a process that runs under `more` filters than the calling one, with
+/// no_new_privs set when `more` is not 0 (or already set here).
+std::string filter_fields_beyond_this(int more) {
+  std::istringstream own(filter_fields(0));
+  std::string no_new_privs;
+  std::string mode;
+  std::string filters;
+  own >> no_new_privs >> mode >> filters;
+  const int held = std::stoi(filters.substr(filters.find('=') + 1));
+  const bool nnp = more > 0 || no_new_privs == "NoNewPrivs=1";
+  return std::string("NoNewPrivs=") + (nnp ? "1" : "0") + " Seccomp=" + (held + more > 0 ? "2" : "0") +
+         " Seccomp_filters=" + std::to_string(held + more);
+}
+
 /// Makes a copy of the build's launcher in the laboratory's base the launcher of this (forked)
 /// host: the build directory may be one uid 65534 cannot enter (CI builds under a 0700 mktemp
 /// directory), and a host that cannot start its launcher forks instead, which these tests must
@@ -79,7 +130,7 @@ struct LauncherRestorer {
 
 } // namespace
 
-TEST_CASE("a fenced call's supervisor is forked from the launcher, which serves the next call too") {
+TEST_CASE("a fenced call's supervisor is forked from the launcher's side, which serves the next call too") {
   const Lab lab;
   const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
   FencedCommand command({"sleep", "30"});
@@ -92,7 +143,8 @@ TEST_CASE("a fenced call's supervisor is forked from the launcher, which serves 
   const ::pid_t launcher = FenceLauncher::pid();
   REQUIRE(launcher > 0);
   CHECK(parent_of(launcher) == ::getpid());
-  CHECK(parent_of(child.pid()) == launcher);
+  // Forked by the launcher's zygote that holds this fence's system-call filter.
+  CHECK(parent_of(parent_of(child.pid())) == launcher);
   CHECK(child.pid() != launcher);
   child.terminate();
   CHECK(child.wait() == 128 + SIGKILL);
@@ -253,7 +305,8 @@ TEST_CASE("a workspace holding the launcher is refused, like one holding the hos
   }
 }
 
-TEST_CASE("a fenced command can neither end, slow nor trace the launcher, as root and as an unprivileged host") {
+TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its zygote, as root and as an "
+          "unprivileged host") {
   const Lab lab;
   dsh::test::open_lab_to_nobody(lab);
   use_launcher_nobody_reaches(lab);
@@ -274,32 +327,136 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher, as roo
         if (launcher <= 0) {
           return "no launcher: " + FenceLauncher::problem();
         }
-        const std::string target = "L=" + std::to_string(launcher);
-        const dsh::test::Shell attack = shell(fence,
-                                              "kill -KILL $L 2>/dev/null && echo killed; "
-                                              "kill -STOP $L 2>/dev/null && echo stopped; "
-                                              "prlimit --pid $L --nofile=1 2>/dev/null && echo limited; "
-                                              "renice -n 19 -p $L >/dev/null 2>&1 && echo reniced; "
-                                              "echo done",
-                                              lab.workspace(), {target});
+        const std::vector<::pid_t> zygotes = children_of(launcher);
+        if (zygotes.size() != 1) {
+          return "zygotes: " + std::to_string(zygotes.size());
+        }
+        const ::pid_t zygote = zygotes.front();
+        const dsh::test::Shell attack =
+            shell(fence,
+                  "for P in $L $Z; do "
+                  "kill -KILL $P 2>/dev/null && echo killed $P; "
+                  "kill -STOP $P 2>/dev/null && echo stopped $P; "
+                  "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
+                  "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
+                  "done; echo done",
+                  lab.workspace(), {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote)});
         std::string text = attack.out;
-        text += running(launcher) && FenceLauncher::pid() == launcher ? "alive\n" : "gone\n";
-        rlimit files{};
-        ::prlimit(launcher, RLIMIT_NOFILE, nullptr, &files);
-        text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
-        text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(launcher)) == ::getpriority(PRIO_PROCESS, 0)
-                    ? "priority kept\n"
-                    : "priority changed\n";
+        for (const ::pid_t target : {launcher, zygote}) {
+          text += running(target) ? "alive\n" : "gone\n";
+          rlimit files{};
+          ::prlimit(target, RLIMIT_NOFILE, nullptr, &files);
+          text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
+          text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(target)) == ::getpriority(PRIO_PROCESS, 0)
+                      ? "priority kept\n"
+                      : "priority changed\n";
+        }
         text += shell(fence, "echo next", lab.workspace()).out;
         text += FenceLauncher::pid() == launcher ? "same launcher\n" : "another launcher\n";
+        text += children_of(launcher) == zygotes ? "same zygote\n" : "another zygote\n";
         return text;
       });
-      CHECK(result == "done\nalive\nlimits kept\npriority kept\nnext\nsame launcher\n");
+      CHECK(result == "done\nalive\nlimits kept\npriority kept\nalive\nlimits kept\npriority kept\nnext\n"
+                      "same launcher\nsame zygote\n");
     }
   }
 }
 
-TEST_CASE("when the host dies its launcher exits and its calls end") {
+TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose filter its command inherits once; "
+          "danger-full-access inherits none") {
+  const Lab lab;
+  dsh::test::open_lab_to_nobody(lab);
+  use_launcher_nobody_reaches(lab);
+  const LauncherRestorer restore;
+  for (const bool unprivileged : dsh::test::host_table) {
+    if (unprivileged && ::geteuid() != 0) {
+      continue;
+    }
+    for (const dsh::Isolation isolation : {dsh::Isolation::off, dsh::Isolation::best_effort}) {
+      CAPTURE(unprivileged, dsh::to_string(isolation));
+      const std::string result = as_host(unprivileged, [&] {
+        std::string text;
+        for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write,
+                                       SandboxMode::danger_full_access, SandboxMode::workspace_write}) {
+          dsh::FenceOptions options;
+          options.isolation = isolation;
+          const PreparedFence fence = PreparedFence::prepare(lab.policy(mode), options);
+          FencedCommand command({"sleep", "30"});
+          command.launch(Launch::launcher).in_directory(lab.workspace());
+          dsh::FencedChild child = command.spawn(fence);
+          const ::pid_t parent = parent_of(child.pid());
+          const ::pid_t launcher = FenceLauncher::pid();
+          text += std::string(dsh::to_string(mode)) + ": ";
+          if (parent == launcher) {
+            text += "from the launcher";
+          } else if (parent_of(parent) == launcher) {
+            text += "from a zygote (" + filter_fields(parent) + ")";
+          } else {
+            text += "from pid " + std::to_string(parent);
+          }
+          child.terminate();
+          static_cast<void>(child.wait());
+          FencedCommand status({"cat", "/proc/self/status"});
+          status.launch(Launch::launcher).in_directory(lab.workspace());
+          const std::string fields = filter_fields_in(status.capture(fence).out);
+          text += "; the command " + fields + "\n";
+        }
+        // Each filtered variant has one zygote, kept for every later call.
+        text += std::to_string(children_of(FenceLauncher::pid()).size()) + " zygote(s)\n";
+        // Against the host's own filters and no_new_privs, which every command inherits (a
+        // container's runtime may have installed one): a fenced command holds exactly one more.
+        const std::string fenced = filter_fields_beyond_this(1);
+        const std::string zygote = "from a zygote (" + fenced + "); the command " + fenced + "\n";
+        const std::string expected = "read-only: " + zygote + "workspace-write: " + zygote +
+                                     "danger-full-access: from the launcher; the command " +
+                                     filter_fields_beyond_this(0) + "\nworkspace-write: " + zygote + "1 zygote(s)\n";
+        return text == expected ? std::string("as expected") : "expected:\n" + expected + "got:\n" + text;
+      });
+      CHECK(result == "as expected");
+    }
+  }
+}
+
+TEST_CASE("a zygote that dies is started again at the next call, by the same launcher; the call it served goes on") {
+  const Lab lab;
+  const std::string result = as_host(false, [&] {
+    dsh::FenceOptions options;
+    options.isolation = dsh::Isolation::off;
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+    FencedCommand command({"sleep", "30"});
+    command.launch(Launch::launcher).in_directory(lab.workspace());
+    dsh::FencedChild child = command.spawn(fence);
+    const ::pid_t launcher = FenceLauncher::pid();
+    const unsigned starts = FenceLauncher::starts();
+    const ::pid_t zygote = parent_of(child.pid());
+    if (zygote == launcher || parent_of(zygote) != launcher) {
+      return std::string("no zygote");
+    }
+    ::kill(zygote, SIGKILL);
+    for (int i = 0; i < 500 && running(zygote); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::string text = running(zygote) ? "zygote alive\n" : "zygote gone\n";
+    text += running(child.pid()) ? "call goes on\n" : "call ended\n";
+    child.terminate();
+    text += std::to_string(child.wait()) + "\n";
+    const dsh::test::Shell next = shell(fence, "grep '^Seccomp_filters:' /proc/self/status", lab.workspace());
+    text += next.out;
+    const std::vector<::pid_t> zygotes = children_of(launcher);
+    text += zygotes.size() == 1 && zygotes.front() != zygote && running(zygotes.front()) ? "a new zygote\n"
+                                                                                         : "no new zygote\n";
+    text += FenceLauncher::pid() == launcher && FenceLauncher::starts() == starts ? "same launcher\n"
+                                                                                  : "another launcher\n";
+    const std::string filters = filter_fields_beyond_this(1);
+    const std::string expected = "zygote gone\ncall goes on\n" + std::to_string(128 + SIGKILL) +
+                                 "\nSeccomp_filters:\t" + filters.substr(filters.rfind('=') + 1) +
+                                 "\na new zygote\nsame launcher\n";
+    return text == expected ? std::string("as expected") : "expected:\n" + expected + "got:\n" + text;
+  });
+  CHECK(result == "as expected");
+}
+
+TEST_CASE("when the host dies its launcher and its zygote exit and its calls end") {
   const Lab lab;
   std::array<int, 2> ends{-1, -1};
   REQUIRE(::pipe(ends.data()) == 0);
@@ -339,17 +496,23 @@ TEST_CASE("when the host dies its launcher exits and its calls end") {
   }
   REQUIRE(command > 0);
   CHECK(running(command));
+  const std::vector<::pid_t> zygotes = children_of(launcher);
+  REQUIRE(zygotes.size() == 1); // the zygote that forked the call's supervisor
+  CHECK(running(zygotes.front()));
   ::kill(host, SIGKILL);
   CHECK(FencedCommand::wait_for(host) == 128 + SIGKILL);
   bool launcher_gone = false;
   bool command_gone = false;
-  for (int i = 0; i < 500 && !(launcher_gone && command_gone); ++i) {
+  bool zygote_gone = false;
+  for (int i = 0; i < 500 && !(launcher_gone && command_gone && zygote_gone); ++i) {
     launcher_gone = !running(launcher);
     command_gone = !running(command);
+    zygote_gone = !running(zygotes.front());
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(launcher_gone);
   CHECK(command_gone);
+  CHECK(zygote_gone);
 }
 
 TEST_CASE("a command that replaces a launcher its grant reaches does not get it run: the file is pinned") {

@@ -1595,3 +1595,45 @@ TEST_CASE("syscall filter: install_syscall_filter's contract") {
 }
 
 } // namespace
+
+namespace {
+
+TEST_CASE("syscall filter: holds_syscall_filter is true only for the very program installed and recorded") {
+  DSH_REQUIRE_SYSCALL_FILTER();
+  const Program& refusing = filter(true);
+  const Program& own_ipc = filter(false);
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Each wrong answer exits with its own code: 10 + the step.
+    using dsh::detail::holds_syscall_filter;
+    if (holds_syscall_filter(refusing)) {
+      ::_exit(10);
+    }
+    dsh::detail::inherited_syscall_filter = &refusing; // recorded, but nothing installed
+    if (holds_syscall_filter(refusing)) {
+      ::_exit(11);
+    }
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 || dsh::detail::install_syscall_filter(refusing) != 0) {
+      ::_exit(install_failed);
+    }
+    if (!holds_syscall_filter(refusing)) {
+      ::_exit(12);
+    }
+    if (holds_syscall_filter(own_ipc) || holds_syscall_filter(Program{}) ||
+        holds_syscall_filter(Program(refusing.begin(), refusing.end() - 1))) {
+      ::_exit(13);
+    }
+    Program changed = refusing;
+    changed[changed.size() / 2].k ^= 1U;
+    if (holds_syscall_filter(changed)) {
+      ::_exit(14);
+    }
+    dsh::detail::inherited_syscall_filter = nullptr; // installed, but not recorded
+    ::_exit(holds_syscall_filter(refusing) ? 15 : 0);
+  }
+  CHECK(dsh::FencedCommand::wait_for(pid) == 0);
+}
+
+} // namespace

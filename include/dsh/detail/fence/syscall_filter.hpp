@@ -455,6 +455,29 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
   return *program;
 }
 
+/// The filter the calling process inherited from the launcher's filtered zygote it was forked
+/// from (`run_filtered_zygote` in launch_wire.hpp), or nullptr: set only in such a zygote, right
+/// after it installed the program, and inherited by every supervisor it forks. A host process
+/// never sets it.
+inline const std::vector<SyscallFilterInstruction>* inherited_syscall_filter = nullptr;
+
+/// True when the calling process already runs under exactly `program`: the launcher's zygote
+/// installed it once (`inherited_syscall_filter`, and the kernel reports a filter), so that
+/// installing it again would only stack a copy and compile it again (about 100 µs a call,
+/// docs/performance.md). False whenever that cannot be shown, so the caller installs it.
+/// Async-signal-safe.
+[[nodiscard]] inline bool holds_syscall_filter(const std::vector<SyscallFilterInstruction>& program) noexcept {
+#if DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER
+  const std::vector<SyscallFilterInstruction>* held = inherited_syscall_filter;
+  return held != nullptr && !program.empty() && held->size() == program.size() &&
+         std::memcmp(held->data(), program.data(), program.size() * sizeof(SyscallFilterInstruction)) == 0 &&
+         ::prctl(PR_GET_SECCOMP, 0UL, 0UL, 0UL, 0UL) == SECCOMP_MODE_FILTER;
+#else
+  (void)program;
+  return false;
+#endif
+}
+
 /// Installs `program` as a seccomp filter of the calling thread, which keeps it, with every
 /// process it starts, for good. Meant for a child between fork (or vfork) and exec: async-signal-
 /// safe, it only reads `program` and makes one seccomp(2) call, or prctl(PR_SET_SECCOMP) where

@@ -3,6 +3,7 @@
 /// supervisor reads it back into the command and fence it runs, and the launcher's loop.
 #pragma once
 
+#include <dsh/detail/fence/syscall_filter.hpp>
 #include <dsh/detail/process/command_environment.hpp>
 #include <dsh/detail/process/launcher_client.hpp>
 #include <dsh/detail/process/supervisor.hpp>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -220,6 +222,33 @@ struct LaunchWire {
     }
   }
 
+  /// Where the launcher forks this call's supervisor: from its zygote already running under the
+  /// filter the command's child would install (its own IPC namespace's program, or the one
+  /// refusing System V IPC), so that the child inherits it instead of compiling it again; from
+  /// the launcher itself for a fence without a filter (danger-full-access among them, whose
+  /// command must inherit none) or with the terminal's program (its child leaves the host's
+  /// session before the filter forbids setsid). A child whose program turns out to differ
+  /// (its IPC namespace refused) installs its own on top, as strict as the two together.
+  /// Throws what `shared_syscall_filter` throws (std::bad_alloc).
+  [[nodiscard]] static LaunchVariant variant(const PreparedFence& fence) {
+    if (!fence.report_.syscall_filter || fence.report_.status == FenceStatus::unrestricted) {
+      return LaunchVariant::plain;
+    }
+    const std::vector<SyscallFilterInstruction>& expected =
+        fence.namespaces_.active || fence.report_.ipc_namespace ? fence.filter_ : fence.refusing_filter_;
+    const auto same = [&expected](const std::vector<SyscallFilterInstruction>& program) noexcept {
+      return !expected.empty() && expected.size() == program.size() &&
+             std::memcmp(expected.data(), program.data(), program.size() * sizeof(program.front())) == 0;
+    };
+    if (same(shared_syscall_filter(false, false))) {
+      return LaunchVariant::own_ipc_namespace;
+    }
+    if (same(shared_syscall_filter(true, false))) {
+      return LaunchVariant::refusing_sysv_ipc;
+    }
+    return LaunchVariant::plain;
+  }
+
   /// In a supervisor the launcher forked for the call on `control`: reads the request, takes
   /// the host's umask and working directory, and supervises the command as a supervisor forked
   /// from the host would (FencedCommand::supervise). A request it cannot read is reported as a
@@ -340,11 +369,149 @@ struct LaunchWire {
   }
 };
 
+/// What `receive_handed` read: the byte a host (or the launcher) sent and the descriptors that
+/// came with it (-1 beyond `count`), or `got` 0 at end of file and -1 on an error.
+struct HandedCall {
+  ::ssize_t got = 0;
+  char byte = 0;
+  std::array<int, 4> fds{-1, -1, -1, -1};
+  std::size_t count = 0;
+};
+
+/// Reads one byte and the descriptors sent with it (SCM_RIGHTS, close-on-exec) from `socket`,
+/// retrying on EINTR. Async-signal-safe.
+[[nodiscard]] inline HandedCall receive_handed(int socket) noexcept {
+  HandedCall handed;
+  iovec part{&handed.byte, 1};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 4)> space{};
+  msghdr message{};
+  message.msg_iov = &part;
+  message.msg_iovlen = 1;
+  message.msg_control = space.data();
+  message.msg_controllen = space.size();
+  handed.got = retry_on_eintr([&]() noexcept { return ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC); });
+  if (handed.got <= 0) {
+    return handed;
+  }
+  for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr; attached = CMSG_NXTHDR(&message, attached)) {
+    if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
+      const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
+      for (std::size_t i = 0; i < bytes / sizeof(int) && handed.count < handed.fds.size(); ++i) {
+        std::memcpy(&handed.fds[handed.count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
+      }
+    }
+  }
+  return handed;
+}
+
+/// Forks the supervisor of the call on `control` from the calling process (the launcher or one
+/// of its zygotes). The supervisor first closes `inherited` (the caller's own sockets; -1
+/// entries are skipped), then serves the call (`LaunchWire::serve`); when the fork fails, the
+/// host gets a supervision failure naming it. The caller still owns `control` and closes it.
+template <class Command> void fork_supervisor(int control, std::array<int, 3> inherited) noexcept {
+  const ::pid_t supervisor = ::fork();
+  if (supervisor == 0) {
+    for (const int fd : inherited) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+    LaunchWire::serve<Command>(control);
+  }
+  if (supervisor < 0) {
+    SupervisorReport report{};
+    report.kind = SupervisorReport::failed;
+    report.stage = static_cast<int>(ChildStage::supervision);
+    report.error = errno;
+    report.detail = -1;
+    std::memcpy(report.step.data(), "fork", 5);
+    static_cast<void>(write_all(control, reinterpret_cast<const char*>(&report), sizeof report));
+  }
+}
+
+/// The byte a filtered zygote writes once its filter is installed.
+inline constexpr char zygote_ready = 'Z';
+
+/// A zygote of the launcher: sets no_new_privs, installs `program` once, says so on `socket`
+/// (`zygote_ready`), then forks a supervisor for each call the launcher hands it on `socket`
+/// until the launcher closes it. Each supervisor inherits the filter (`inherited_syscall_filter`),
+/// so its command's child does not install the same program again. Exits with 1, having said
+/// nothing, when the kernel refuses no_new_privs or the filter; the launcher then forks those
+/// calls itself, and each child installs its filter (or fails closed) as before. Never returns.
+template <class Command>
+[[noreturn]] void run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& program) noexcept {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 || install_syscall_filter(program) != 0) {
+    ::_exit(1);
+  }
+  inherited_syscall_filter = &program;
+  if (!write_all(socket, &zygote_ready, 1)) {
+    ::_exit(1);
+  }
+  for (;;) {
+    const HandedCall handed = receive_handed(socket);
+    if (handed.got <= 0) {
+      ::_exit(0); // the launcher closed its end (or died)
+    }
+    if (handed.count == 1) {
+      fork_supervisor<Command>(handed.fds[0], {socket, -1, -1});
+    }
+    for (std::size_t i = 0; i < handed.count; ++i) {
+      ::close(handed.fds[i]);
+    }
+  }
+}
+
+/// The launcher's side of one filtered zygote: its socket, once started, and whether it cannot
+/// be had (the kernel refused its filter, or the program could not be built).
+struct ZygoteEnd {
+  int socket = -1;
+  bool unavailable = false;
+};
+
+/// Starts the zygote of `zygote` (`run_filtered_zygote` with `shared_syscall_filter(
+/// refuse_sysv_ipc, false)`), which first closes `inherited` (the launcher's other sockets), and
+/// waits for it to say its filter is installed. On failure `zygote.socket` stays -1: marked
+/// `unavailable` when the zygote could not install its filter (so no other is tried), left to
+/// be tried again at the next call when a socket or fork failed.
+template <class Command>
+void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<int, 2> inherited) noexcept {
+  const std::vector<SyscallFilterInstruction>* program = nullptr;
+  try {
+    program = &shared_syscall_filter(refuse_sysv_ipc, false);
+  } catch (...) { // std::bad_alloc, or a program that cannot be built: the launcher's own forks serve
+    zygote.unavailable = true;
+    return;
+  }
+  std::array<int, 2> ends{-1, -1};
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends.data()) != 0) {
+    return;
+  }
+  const ::pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ends[0]);
+    for (const int fd : inherited) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+    run_filtered_zygote<Command>(ends[1], *program);
+  }
+  ::close(ends[1]);
+  char ready = 0;
+  if (pid < 0 || retry_on_eintr([&]() noexcept { return ::read(ends[0], &ready, 1); }) != 1 || ready != zygote_ready) {
+    ::close(ends[0]);
+    zygote.unavailable = pid > 0;
+    return;
+  }
+  zygote.socket = ends[0];
+}
+
 /// The launcher's program (tools/dsh_fence_launcher.cpp calls it from main): checks that it
 /// was started by this library's host side (`launch_protocol_flag` and the protocol, a socket as
-/// descriptor 3), answers with its hello, then forks one supervisor for each descriptor the host
-/// hands it (`LaunchWire::serve`) until the host closes the socket. Returns the exit status: 0
-/// when the host closed it, 2 for a wrong start (with a line on stderr).
+/// descriptor 3), answers with its hello, then has one supervisor forked for each descriptor the
+/// host hands it (`LaunchWire::serve`) until the host closes the socket: by the filtered zygote
+/// the host's byte names (`LaunchVariant`), started at its first call, else by itself. Returns
+/// the exit status: 0 when the host closed it, 2 for a wrong start (with a line on stderr).
 template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
   const std::string expected = std::to_string(launch_protocol);
   struct stat socket_info {};
@@ -390,50 +557,41 @@ template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
   }
   // Supervisors are reaped by the kernel; each resets this in its own copy (`supervise`).
   ::signal(SIGCHLD, SIG_IGN);
+  // The zygotes of `LaunchVariant::refusing_sysv_ipc` and `LaunchVariant::own_ipc_namespace`.
+  std::array<ZygoteEnd, 2> zygotes{};
   for (;;) {
-    char byte = 0;
-    iovec part{&byte, 1};
-    alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 4)> space{};
-    msghdr message{};
-    message.msg_iov = &part;
-    message.msg_iovlen = 1;
-    message.msg_control = space.data();
-    message.msg_controllen = space.size();
-    const ::ssize_t got = ::recvmsg(3, &message, MSG_CMSG_CLOEXEC);
-    if (got < 0 && errno == EINTR) {
-      continue;
+    const HandedCall handed = receive_handed(3);
+    if (handed.got <= 0) {
+      return handed.got == 0 ? 0 : 1; // the host closed its end (or died)
     }
-    if (got <= 0) {
-      return got == 0 ? 0 : 1; // the host closed its end (or died)
-    }
-    std::array<int, 4> handed{-1, -1, -1, -1};
-    std::size_t count = 0;
-    for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr; attached = CMSG_NXTHDR(&message, attached)) {
-      if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
-        const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
-        for (std::size_t i = 0; i < bytes / sizeof(int) && count < handed.size(); ++i) {
-          std::memcpy(&handed[count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
+    if (handed.count == 1) {
+      const bool refusing = handed.byte == static_cast<char>(LaunchVariant::refusing_sysv_ipc);
+      const bool own_ipc = handed.byte == static_cast<char>(LaunchVariant::own_ipc_namespace);
+      bool served = false;
+      if (refusing || own_ipc) {
+        ZygoteEnd& zygote = zygotes[refusing ? 0 : 1];
+        ZygoteEnd& other = zygotes[refusing ? 1 : 0];
+        // A zygote that died (its socket refuses the call) is started again once.
+        for (int attempt = 0; attempt < 2 && !served && !zygote.unavailable; ++attempt) {
+          if (zygote.socket < 0) {
+            start_filtered_zygote<Command>(zygote, refusing, {3, other.socket});
+          }
+          if (zygote.socket < 0) {
+            break;
+          }
+          served = send_descriptor(zygote.socket, handed.fds[0]) == 0;
+          if (!served) {
+            ::close(zygote.socket);
+            zygote.socket = -1;
+          }
         }
       }
-    }
-    if (count == 1) {
-      const ::pid_t supervisor = ::fork();
-      if (supervisor == 0) {
-        ::close(3);
-        LaunchWire::serve<Command>(handed[0]);
-      }
-      if (supervisor < 0) {
-        SupervisorReport report{};
-        report.kind = SupervisorReport::failed;
-        report.stage = static_cast<int>(ChildStage::supervision);
-        report.error = errno;
-        report.detail = -1;
-        std::memcpy(report.step.data(), "fork", 5);
-        static_cast<void>(write_all(handed[0], reinterpret_cast<const char*>(&report), sizeof report));
+      if (!served) {
+        fork_supervisor<Command>(handed.fds[0], {3, zygotes[0].socket, zygotes[1].socket});
       }
     }
-    for (std::size_t i = 0; i < count; ++i) {
-      ::close(handed[i]);
+    for (std::size_t i = 0; i < handed.count; ++i) {
+      ::close(handed.fds[i]);
     }
   }
 }

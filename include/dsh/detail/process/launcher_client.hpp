@@ -55,11 +55,21 @@ struct LaunchHello {
   std::uint32_t protocol = 0;
 };
 
+/// Where the launcher forks a call's supervisor, the byte the host sends with the call's socket:
+/// from the launcher itself, or from one of its zygotes that installed a system-call filter once
+/// (docs/performance.md#the-launcher), so that the supervisor and its command inherit the
+/// program instead of compiling it again.
+enum class LaunchVariant : char {
+  plain = 'R',             ///< from the launcher: no filter inherited (the child installs its own, if any)
+  refusing_sysv_ipc = 'S', ///< from the zygote holding `shared_syscall_filter(true, false)`
+  own_ipc_namespace = 'I', ///< from the zygote holding `shared_syscall_filter(false, false)`
+};
+
 #if defined(__linux__)
-/// Sends one byte with the descriptor `fd` attached (SCM_RIGHTS) on the socket `socket`,
-/// without SIGPIPE. Returns 0, or the errno of sendmsg(2).
-[[nodiscard]] inline int send_descriptor(int socket, int fd) noexcept {
-  char byte = 'R';
+/// Sends the byte `variant` with the descriptor `fd` attached (SCM_RIGHTS) on the socket
+/// `socket`, without SIGPIPE. Returns 0, or the errno of sendmsg(2).
+[[nodiscard]] inline int send_descriptor(int socket, int fd, LaunchVariant variant = LaunchVariant::plain) noexcept {
+  char byte = static_cast<char>(variant);
   iovec part{&byte, 1};
   alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
   msghdr message{};
@@ -228,9 +238,10 @@ public:
   /// thread's `launch_fingerprint` differs from the one it was started with (it is then
   /// stopped and started again from this thread). A launcher that cannot be reached is started
   /// again once. Stores the calling process's umask in `mask` (read with the fingerprint) when
-  /// a launcher is configured. Returns "" when the launcher took the call, otherwise why not
+  /// a launcher is configured. `variant` says where the launcher forks the supervisor (its
+  /// filtered zygotes, or itself). Returns "" when the launcher took the call, otherwise why not
   /// (also kept as the state's problem); nothing was started then. Throws only std::bad_alloc.
-  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask) {
+  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask, LaunchVariant variant = LaunchVariant::plain) {
 #if defined(__linux__)
     const auto unconfigured = [this] {
       return problem_ = "no launcher is configured (dsh::FenceLauncher::use, or the build's "
@@ -262,7 +273,7 @@ public:
           return problem_ = std::move(why);
         }
       }
-      const int error = send_descriptor(socket_.get(), control);
+      const int error = send_descriptor(socket_.get(), control, variant);
       if (error == 0) {
         problem_.clear();
         return {};
