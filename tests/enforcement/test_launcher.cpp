@@ -10,6 +10,7 @@
 
 #include <array>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,26 @@ std::string filter_fields_in(const std::string& status) {
 std::string filter_fields(::pid_t pid) {
   std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
   return filter_fields_in(std::string((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>()));
+}
+
+/// The mask of `key` ("CapBnd:", "CapEff:") in /proc/<pid>/status ("self" when `pid` is 0), or
+/// all ones when it cannot be read.
+std::uint64_t capability_mask(::pid_t pid, std::string_view key) {
+  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with(key)) {
+      return std::stoull(line.substr(key.size()), nullptr, 16);
+    }
+  }
+  return ~0ULL;
+}
+
+/// What a zygote's bounding set should be, from the calling host's: without the capabilities
+/// every fenced child drops when the host may lower it (CAP_SETPCAP), else the host's own.
+std::uint64_t zygote_bounding_set() {
+  const std::uint64_t own = capability_mask(0, "CapBnd:");
+  constexpr unsigned cap_setpcap = 8;
+  return (capability_mask(0, "CapEff:") >> cap_setpcap & 1U) != 0 ? own & ~dsh::fence_dropped_capabilities() : own;
 }
 
 /// `filter_fields` of a process that runs under `more` filters than the calling one, with
@@ -390,7 +411,9 @@ TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose 
           if (parent == launcher) {
             text += "from the launcher";
           } else if (parent_of(parent) == launcher) {
-            text += "from a zygote (" + filter_fields(parent) + ")";
+            text += "from a zygote (" + filter_fields(parent) +
+                    (capability_mask(parent, "CapBnd:") == zygote_bounding_set() ? ", bounding set as expected)"
+                                                                                 : ", another bounding set)");
           } else {
             text += "from pid " + std::to_string(parent);
           }
@@ -406,7 +429,8 @@ TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose 
         // Against the host's own filters and no_new_privs, which every command inherits (a
         // container's runtime may have installed one): a fenced command holds exactly one more.
         const std::string fenced = filter_fields_beyond_this(1);
-        const std::string zygote = "from a zygote (" + fenced + "); the command " + fenced + "\n";
+        const std::string zygote =
+            "from a zygote (" + fenced + ", bounding set as expected); the command " + fenced + "\n";
         const std::string expected = "read-only: " + zygote + "workspace-write: " + zygote +
                                      "danger-full-access: from the launcher; the command " +
                                      filter_fields_beyond_this(0) + "\nworkspace-write: " + zygote + "1 zygote(s)\n";

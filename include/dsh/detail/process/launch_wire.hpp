@@ -435,13 +435,22 @@ inline constexpr char zygote_ready = 'Z';
 /// A zygote of the launcher: sets no_new_privs, installs `program` once, says so on `socket`
 /// (`zygote_ready`), then forks a supervisor for each call the launcher hands it on `socket`
 /// until the launcher closes it. Each supervisor inherits the filter (`inherited_syscall_filter`),
-/// so its command's child does not install the same program again. Exits with 1, having said
-/// nothing, when the kernel refuses no_new_privs or the filter; the launcher then forks those
+/// so its command's child does not install the same program again. Every call it serves is
+/// fenced, and each fenced child drops `FENCE_DROPPED_CAPABILITIES` from its bounding set, so the
+/// zygote drops them from its own once (where it may: CAP_SETPCAP); a child reads its bounding set
+/// before it drops (`read_thread_status`) and asks only for what is left. Exits with 1, having
+/// said nothing, when the kernel refuses no_new_privs or the filter; the launcher then forks those
 /// calls itself, and each child installs its filter (or fails closed) as before. Never returns.
 template <class Command>
 [[noreturn]] void run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& program) noexcept {
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 || install_syscall_filter(program) != 0) {
     ::_exit(1);
+  }
+  // Only the bounding set: the supervisor and the child still need their effective
+  // capabilities (CAP_SYS_ADMIN for the IPC namespace and the mounts). A capability this kernel
+  // does not know (EINVAL), or a drop refused without CAP_SETPCAP, stays for the child to drop.
+  for (const FenceCapability& capability : FENCE_DROPPED_CAPABILITIES) {
+    static_cast<void>(::prctl(PR_CAPBSET_DROP, static_cast<unsigned long>(capability.number), 0UL, 0UL, 0UL));
   }
   inherited_syscall_filter = &program;
   if (!write_all(socket, &zygote_ready, 1)) {
