@@ -367,8 +367,9 @@ private:
     std::string note;
     bool launched = false;
     if (launch_ != Launch::fork) {
-      // The launcher forks the supervisor from its own small image: nothing of the host is
-      // copied, whatever its size (docs/performance.md#the-launcher).
+      // The launcher (or its zygote holding this call's filter) forks the supervisor from its
+      // own small image: nothing of the host is copied, whatever its size
+      // (docs/performance.md#the-launcher).
       // The host's working directory as the call's (a fork would inherit it).
       const UniqueFd cwd(detail::retry_on_eintr([] { return ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
       if (!cwd) {
