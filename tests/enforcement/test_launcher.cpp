@@ -422,15 +422,36 @@ TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose 
           FencedCommand status({"cat", "/proc/self/status"});
           status.launch(Launch::launcher).in_directory(lab.workspace());
           const std::string fields = filter_fields_in(status.capture(fence).out);
-          text += "; the command " + fields + "\n";
+          text += "; the command " + fields;
+          if (isolation == dsh::Isolation::off && mode != SandboxMode::danger_full_access) {
+            // Which program: the one refusing System V IPC unless the command has an IPC
+            // namespace of its own (a host holding CAP_SYS_ADMIN), where a segment is its own.
+            text += shell(fence,
+                          "ipcmk -M 4096 >/dev/null 2>&1 && echo ', System V created' || "
+                          "echo ', System V refused'",
+                          lab.workspace())
+                        .out;
+          } else {
+            text += "\n";
+          }
         }
-        // Each filtered variant has one zygote, kept for every later call.
-        text += std::to_string(children_of(FenceLauncher::pid()).size()) + " zygote(s)\n";
+        // Each filtered variant has one zygote, kept for every later call. The supervisors the
+        // launcher forked itself (danger-full-access) exit just after their last report: wait
+        // for them, so that only zygotes are counted.
+        std::vector<::pid_t> zygotes = children_of(FenceLauncher::pid());
+        for (int i = 0; i < 500 && zygotes.size() > 1; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          zygotes = children_of(FenceLauncher::pid());
+        }
+        text += std::to_string(zygotes.size()) + " zygote(s)\n";
         // Against the host's own filters and no_new_privs, which every command inherits (a
         // container's runtime may have installed one): a fenced command holds exactly one more.
         const std::string fenced = filter_fields_beyond_this(1);
+        const std::string system_v = isolation != dsh::Isolation::off                  ? "\n"
+                                     : !unprivileged && dsh::detail::holds_sys_admin() ? ", System V created\n"
+                                                                                       : ", System V refused\n";
         const std::string zygote =
-            "from a zygote (" + fenced + ", bounding set as expected); the command " + fenced + "\n";
+            "from a zygote (" + fenced + ", bounding set as expected); the command " + fenced + system_v;
         const std::string expected = "read-only: " + zygote + "workspace-write: " + zygote +
                                      "danger-full-access: from the launcher; the command " +
                                      filter_fields_beyond_this(0) + "\nworkspace-write: " + zygote + "1 zygote(s)\n";
@@ -478,6 +499,47 @@ TEST_CASE("a zygote that dies is started again at the next call, by the same lau
     return text == expected ? std::string("as expected") : "expected:\n" + expected + "got:\n" + text;
   });
   CHECK(result == "as expected");
+}
+
+TEST_CASE("the first call a new zygote serves may fail to start or be abandoned: its host hears the end at once") {
+  const Lab lab;
+  const std::string result = as_host(false, [&] {
+    ::alarm(20); // a zygote that kept the call's socket would leave this host waiting for ever
+    dsh::FenceOptions options;
+    options.isolation = dsh::Isolation::off;
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+    std::string text;
+    // The launcher's first call starts the zygote, while it holds that call's socket.
+    FencedCommand missing({(lab.workspace() / "no-such-program").string()});
+    missing.launch(Launch::launcher).in_directory(lab.workspace());
+    try {
+      text += "status " + std::to_string(missing.run(fence)) + "\n";
+    } catch (const dsh::SystemError& error) {
+      text += "not started: " + error.code().message() + "\n";
+    }
+    const ::pid_t launcher = FenceLauncher::pid();
+    const std::vector<::pid_t> first = children_of(launcher);
+    text += std::to_string(first.size()) + " zygote\n";
+    // Again with the next zygote, for a call the host abandons while it runs.
+    for (const ::pid_t zygote : first) {
+      ::kill(zygote, SIGKILL);
+      while (running(zygote)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    {
+      FencedCommand sleeper({"sleep", "30"});
+      sleeper.launch(Launch::launcher).in_directory(lab.workspace());
+      const dsh::FencedChild abandoned = sleeper.spawn(fence);
+      text += children_of(launcher) != first ? "a new zygote\n" : "the same zygote\n";
+    } // its destructor ends the call and reads its socket to the end
+    text += "abandoned\n";
+    text += shell(fence, "echo next", lab.workspace()).out;
+    ::alarm(0);
+    return text;
+  });
+  CHECK(result ==
+        "not started: " + std::generic_category().message(ENOENT) + "\n1 zygote\na new zygote\nabandoned\nnext\n");
 }
 
 TEST_CASE("when the host dies its launcher and its zygote exit and its calls end") {

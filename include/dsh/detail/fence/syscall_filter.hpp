@@ -462,10 +462,12 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
 inline const std::vector<SyscallFilterInstruction>* inherited_syscall_filter = nullptr;
 
 /// True when the calling process already runs under exactly `program`: the launcher's zygote
-/// installed it once (`inherited_syscall_filter`, and the kernel reports a filter), so that
-/// installing it again would only stack a copy and compile it again (about 100 µs a call,
-/// docs/performance.md). False whenever that cannot be shown, so the caller installs it.
-/// Async-signal-safe.
+/// installed it once and recorded it (`inherited_syscall_filter`, set only after its install
+/// succeeded), so that installing it again would only stack a copy and compile it again (about
+/// 100 µs a call, docs/performance.md). The kernel's answer that some filter is in force
+/// (`PR_GET_SECCOMP`) is a sanity check only: it cannot tell which one, and a host in a
+/// container may hold one of its own. False whenever the record says otherwise, so the caller
+/// installs it. Async-signal-safe.
 [[nodiscard]] inline bool holds_syscall_filter(const std::vector<SyscallFilterInstruction>& program) noexcept {
 #if DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER
   const std::vector<SyscallFilterInstruction>* held = inherited_syscall_filter;

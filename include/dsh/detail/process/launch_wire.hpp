@@ -478,12 +478,14 @@ struct ZygoteEnd {
 };
 
 /// Starts the zygote of `zygote` (`run_filtered_zygote` with `shared_syscall_filter(
-/// refuse_sysv_ipc, false)`), which first closes `inherited` (the launcher's other sockets), and
+/// refuse_sysv_ipc, false)`), which first closes `inherited` (the host's socket, the other
+/// zygote's, and the socket of the call being handed over: a zygote that kept a call's socket
+/// would keep its host from ever reading end of file on it), and
 /// waits for it to say its filter is installed. On failure `zygote.socket` stays -1: marked
 /// `unavailable` when the zygote could not install its filter (so no other is tried), left to
 /// be tried again at the next call when a socket or fork failed.
 template <class Command>
-void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<int, 2> inherited) noexcept {
+void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<int, 3> inherited) noexcept {
   const std::vector<SyscallFilterInstruction>* program = nullptr;
   try {
     program = &shared_syscall_filter(refuse_sysv_ipc, false);
@@ -583,7 +585,7 @@ template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
         // A zygote that died (its socket refuses the call) is started again once.
         for (int attempt = 0; attempt < 2 && !served && !zygote.unavailable; ++attempt) {
           if (zygote.socket < 0) {
-            start_filtered_zygote<Command>(zygote, refusing, {3, other.socket});
+            start_filtered_zygote<Command>(zygote, refusing, {3, other.socket, handed.fds[0]});
           }
           if (zygote.socket < 0) {
             break;
