@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -128,6 +129,17 @@ std::string filter_fields_beyond_this(int more) {
          " Seccomp_filters=" + std::to_string(held + more);
 }
 
+/// "as expected" when `text` is `expected`, else both, for the failure message: what a host
+/// that computes its own expectation (from its own credentials) returns to the test.
+std::string as_expected(const std::string& text, const std::string& expected) {
+  if (text == expected) {
+    return "as expected";
+  }
+  std::string both = "expected:\n";
+  both.append(expected).append("got:\n").append(text);
+  return both;
+}
+
 /// Makes a copy of the build's launcher in the laboratory's base the launcher of this (forked)
 /// host: the build directory may be one uid 65534 cannot enter (CI builds under a 0700 mktemp
 /// directory), and a host that cannot start its launcher forks instead, which these tests must
@@ -148,6 +160,20 @@ struct LauncherRestorer {
   LauncherRestorer& operator=(const LauncherRestorer&) = delete;
   ~LauncherRestorer() { FenceLauncher::use(built_launcher); }
 };
+
+/// Runs `each(unprivileged)` for the root host and, when the test runs as root, for uid 65534,
+/// with the laboratory opened to uid 65534 and a copy of the launcher it can reach configured
+/// (the build's own restored afterwards).
+void over_launcher_hosts(const Lab& lab, const std::function<void(bool)>& each) {
+  dsh::test::open_lab_to_nobody(lab);
+  use_launcher_nobody_reaches(lab);
+  const LauncherRestorer restore;
+  for (const bool unprivileged : dsh::test::host_table) {
+    if (!unprivileged || ::geteuid() == 0) {
+      each(unprivileged);
+    }
+  }
+}
 
 } // namespace
 
@@ -329,13 +355,7 @@ TEST_CASE("a workspace holding the launcher is refused, like one holding the hos
 TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its zygote, as root and as an "
           "unprivileged host") {
   const Lab lab;
-  dsh::test::open_lab_to_nobody(lab);
-  use_launcher_nobody_reaches(lab);
-  const LauncherRestorer restore;
-  for (const bool unprivileged : dsh::test::host_table) {
-    if (unprivileged && ::geteuid() != 0) {
-      continue;
-    }
+  over_launcher_hosts(lab, [&](const bool unprivileged) {
     for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
       CAPTURE(unprivileged, dsh::to_string(mode));
       const std::string result = as_host(unprivileged, [&] {
@@ -360,6 +380,7 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
                   "kill -STOP $P 2>/dev/null && echo stopped $P; "
                   "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
                   "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
+                  "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; "
                   "done; echo done",
                   lab.workspace(), {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote)});
         std::string text = attack.out;
@@ -380,19 +401,13 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
       CHECK(result == "done\nalive\nlimits kept\npriority kept\nalive\nlimits kept\npriority kept\nnext\n"
                       "same launcher\nsame zygote\n");
     }
-  }
+  });
 }
 
 TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose filter its command inherits once; "
           "danger-full-access inherits none") {
   const Lab lab;
-  dsh::test::open_lab_to_nobody(lab);
-  use_launcher_nobody_reaches(lab);
-  const LauncherRestorer restore;
-  for (const bool unprivileged : dsh::test::host_table) {
-    if (unprivileged && ::geteuid() != 0) {
-      continue;
-    }
+  over_launcher_hosts(lab, [&](const bool unprivileged) {
     for (const dsh::Isolation isolation : {dsh::Isolation::off, dsh::Isolation::best_effort}) {
       CAPTURE(unprivileged, dsh::to_string(isolation));
       const std::string result = as_host(unprivileged, [&] {
@@ -450,16 +465,17 @@ TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose 
         const std::string system_v = isolation != dsh::Isolation::off                  ? "\n"
                                      : !unprivileged && dsh::detail::holds_sys_admin() ? ", System V created\n"
                                                                                        : ", System V refused\n";
-        const std::string zygote =
-            "from a zygote (" + fenced + ", bounding set as expected); the command " + fenced + system_v;
-        const std::string expected = "read-only: " + zygote + "workspace-write: " + zygote +
-                                     "danger-full-access: from the launcher; the command " +
-                                     filter_fields_beyond_this(0) + "\nworkspace-write: " + zygote + "1 zygote(s)\n";
-        return text == expected ? std::string("as expected") : "expected:\n" + expected + "got:\n" + text;
+        std::string zygote = "from a zygote (";
+        zygote.append(fenced).append(", bounding set as expected); the command ").append(fenced).append(system_v);
+        std::string expected = "read-only: ";
+        expected.append(zygote).append("workspace-write: ").append(zygote);
+        expected.append("danger-full-access: from the launcher; the command ").append(filter_fields_beyond_this(0));
+        expected.append("\nworkspace-write: ").append(zygote).append("1 zygote(s)\n");
+        return as_expected(text, expected);
       });
       CHECK(result == "as expected");
     }
-  }
+  });
 }
 
 TEST_CASE("a zygote that dies is started again at the next call, by the same launcher; the call it served goes on") {
@@ -496,7 +512,7 @@ TEST_CASE("a zygote that dies is started again at the next call, by the same lau
     const std::string expected = "zygote gone\ncall goes on\n" + std::to_string(128 + SIGKILL) +
                                  "\nSeccomp_filters:\t" + filters.substr(filters.rfind('=') + 1) +
                                  "\na new zygote\nsame launcher\n";
-    return text == expected ? std::string("as expected") : "expected:\n" + expected + "got:\n" + text;
+    return as_expected(text, expected);
   });
   CHECK(result == "as expected");
 }
