@@ -89,16 +89,19 @@ std::string filter_fields_in(const std::string& status) {
   return text;
 }
 
-/// `filter_fields_in` of /proc/<pid>/status ("self" when `pid` is 0).
-std::string filter_fields(::pid_t pid) {
+/// The text of /proc/<pid>/status ("self" when `pid` is 0); "" when it cannot be read.
+std::string status_of(::pid_t pid) {
   std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
-  return filter_fields_in(std::string((std::istreambuf_iterator<char>(status)), std::istreambuf_iterator<char>()));
+  return {std::istreambuf_iterator<char>(status), std::istreambuf_iterator<char>()};
 }
+
+/// `filter_fields_in` of /proc/<pid>/status ("self" when `pid` is 0).
+std::string filter_fields(::pid_t pid) { return filter_fields_in(status_of(pid)); }
 
 /// The mask of `key` ("CapBnd:", "CapEff:") in /proc/<pid>/status ("self" when `pid` is 0), or
 /// all ones when it cannot be read.
 std::uint64_t capability_mask(::pid_t pid, std::string_view key) {
-  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
+  std::istringstream status(status_of(pid));
   for (std::string line; std::getline(status, line);) {
     if (line.starts_with(key)) {
       return std::stoull(line.substr(key.size()), nullptr, 16);

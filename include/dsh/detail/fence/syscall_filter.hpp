@@ -455,6 +455,14 @@ build_syscall_filter_for(const FilterArchitecture& architecture, bool refuse_sys
   return *program;
 }
 
+/// True when `a` and `b` are the same non-empty program, instruction for instruction (the bytes
+/// the kernel would compile). Async-signal-safe.
+[[nodiscard]] inline bool same_syscall_filter(const std::vector<SyscallFilterInstruction>& a,
+                                              const std::vector<SyscallFilterInstruction>& b) noexcept {
+  return !a.empty() && a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(SyscallFilterInstruction)) == 0;
+}
+
 /// The filter the calling process inherited from the launcher's filtered zygote it was forked
 /// from (`run_filtered_zygote` in launch_wire.hpp), or nullptr: set only in such a zygote, right
 /// after it installed the program, and inherited by every supervisor it forks. A host process
@@ -470,9 +478,7 @@ inline const std::vector<SyscallFilterInstruction>* inherited_syscall_filter = n
 /// installs it. Async-signal-safe.
 [[nodiscard]] inline bool holds_syscall_filter(const std::vector<SyscallFilterInstruction>& program) noexcept {
 #if DSH_SANDBOX_POLICY_HAS_SYSCALL_FILTER
-  const std::vector<SyscallFilterInstruction>* held = inherited_syscall_filter;
-  return held != nullptr && !program.empty() && held->size() == program.size() &&
-         std::memcmp(held->data(), program.data(), program.size() * sizeof(SyscallFilterInstruction)) == 0 &&
+  return inherited_syscall_filter != nullptr && same_syscall_filter(*inherited_syscall_filter, program) &&
          ::prctl(PR_GET_SECCOMP, 0UL, 0UL, 0UL, 0UL) == SECCOMP_MODE_FILTER;
 #else
   (void)program;

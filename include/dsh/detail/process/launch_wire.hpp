@@ -236,14 +236,10 @@ struct LaunchWire {
     }
     const std::vector<SyscallFilterInstruction>& expected =
         fence.namespaces_.active || fence.report_.ipc_namespace ? fence.filter_ : fence.refusing_filter_;
-    const auto same = [&expected](const std::vector<SyscallFilterInstruction>& program) noexcept {
-      return !expected.empty() && expected.size() == program.size() &&
-             std::memcmp(expected.data(), program.data(), program.size() * sizeof(program.front())) == 0;
-    };
-    if (same(shared_syscall_filter(false, false))) {
+    if (same_syscall_filter(expected, shared_syscall_filter(false, false))) {
       return LaunchVariant::own_ipc_namespace;
     }
-    if (same(shared_syscall_filter(true, false))) {
+    if (same_syscall_filter(expected, shared_syscall_filter(true, false))) {
       return LaunchVariant::refusing_sysv_ipc;
     }
     return LaunchVariant::plain;
@@ -404,6 +400,16 @@ struct HandedCall {
   return handed;
 }
 
+/// Closes each descriptor of `fds` that is not -1: in a process just forked from the launcher
+/// or a zygote, the sockets of its parent it must not keep. Async-signal-safe.
+inline void close_parent_sockets(const std::array<int, 3>& fds) noexcept {
+  for (const int fd : fds) {
+    if (fd >= 0) {
+      ::close(fd);
+    }
+  }
+}
+
 /// Forks the supervisor of the call on `control` from the calling process (the launcher or one
 /// of its zygotes). The supervisor first closes `inherited` (the caller's own sockets; -1
 /// entries are skipped), then serves the call (`LaunchWire::serve`); when the fork fails, the
@@ -411,11 +417,7 @@ struct HandedCall {
 template <class Command> void fork_supervisor(int control, std::array<int, 3> inherited) noexcept {
   const ::pid_t supervisor = ::fork();
   if (supervisor == 0) {
-    for (const int fd : inherited) {
-      if (fd >= 0) {
-        ::close(fd);
-      }
-    }
+    close_parent_sockets(inherited);
     LaunchWire::serve<Command>(control);
   }
   if (supervisor < 0) {
@@ -500,11 +502,7 @@ void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<i
   const ::pid_t pid = ::fork();
   if (pid == 0) {
     ::close(ends[0]);
-    for (const int fd : inherited) {
-      if (fd >= 0) {
-        ::close(fd);
-      }
-    }
+    close_parent_sockets(inherited);
     run_filtered_zygote<Command>(ends[1], *program);
   }
   ::close(ends[1]);

@@ -12,12 +12,18 @@
 
 namespace dsh::detail {
 
+/// Returns `"<context>: expected <expected>; found "`, the part every refusal shares; the
+/// caller appends what was found.
+[[nodiscard]] inline std::string expectation_prefix(std::string_view context, std::string_view expected) {
+  std::string message;
+  message.append(context).append(": expected ").append(expected).append("; found ");
+  return message;
+}
+
 /// Returns `"<context>: expected <expected>; found <found as compact JSON>"`.
 [[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
                                                      const nlohmann::json& found) {
-  std::string message;
-  message.append(context).append(": expected ").append(expected).append("; found ").append(compact_json(found));
-  return message;
+  return expectation_prefix(context, expected).append(compact_json(found));
 }
 
 /// Returns `expectation_message(context, expected, nlohmann::json(found))` without building the
@@ -26,8 +32,7 @@ namespace dsh::detail {
 // converting constructor at -O2.
 [[nodiscard]] inline std::string expectation_message(std::string_view context, std::string_view expected,
                                                      const std::string& found) {
-  std::string message;
-  message.append(context).append(": expected ").append(expected).append("; found ");
+  std::string message = expectation_prefix(context, expected);
   append_json_string(message, found);
   return message;
 }
