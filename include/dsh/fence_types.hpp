@@ -241,8 +241,9 @@ struct FenceReport {
   /// How the host's System V IPC and POSIX message queues are kept out of reach when
   /// `syscall_filter` is on: true when the command gets a new IPC namespace (the preparing host
   /// holds CAP_SYS_ADMIN, or the namespace layer applies; a child that gave CAP_SYS_ADMIN up
-  /// before entering a fence without the layer gets the calls refused instead), false when the
-  /// filter refuses the calls.
+  /// before entering a fence without the layer, or whose `unshare(CLONE_NEWIPC)` the system
+  /// refuses with EPERM (a container's seccomp profile, a security module), gets the calls
+  /// refused instead), false when the filter refuses the calls.
   bool ipc_namespace = false;
   /// The `FenceOptions::isolation` the fence was prepared with; `off` for danger-full-access.
   Isolation isolation = Isolation::off;

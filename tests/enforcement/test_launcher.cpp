@@ -4,6 +4,7 @@
 // forks), and a fenced command can neither end nor change it.
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
+#include "support/seccomp.hpp"
 
 #include <dsh/fence_launcher.hpp>
 #include <dsh/landlock.hpp>
@@ -20,8 +21,11 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+#include <sys/ipc.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/shm.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -684,4 +688,51 @@ TEST_CASE("threads with the same credentials share one launcher; one in a Landlo
   });
   CHECK(result == "thread\nthread\nthread\n0\nrefused\n1\n");
   CHECK_FALSE(std::filesystem::exists(lab.outside() / "made-by-domain"));
+}
+
+TEST_CASE("a root host whose system refuses new IPC namespaces gets the host's System V IPC refused, by fork and "
+          "by the launcher") {
+  DSH_REQUIRE_LANDLOCK();
+  if (!dsh::detail::holds_sys_admin() || dsh::detail::probe_syscall_filter() != 0) {
+    DSH_TEST_SKIP("needs a host holding CAP_SYS_ADMIN and the system-call filter");
+  }
+  const Lab lab;
+  // A container's seccomp profile or an LSM refuses unshare(CLONE_NEWIPC) with EPERM to a host
+  // that holds CAP_SYS_ADMIN: prepare cannot see it (report().ipc_namespace stays true), and
+  // the command's child stacks the program that refuses System V IPC instead.
+  const std::string result = as_host(false, [&] {
+    // The host's own IPC namespace first, so that the count of segments below is this test's
+    // alone (other tests make and remove segments at the same time).
+    if (::unshare(CLONE_NEWIPC) != 0 || refuse_namespaces(CLONE_NEWIPC) != 0) {
+      return std::string("cannot have an IPC namespace and then refuse new ones");
+    }
+    const int segment = ::shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+    if (segment < 0) {
+      return std::string("cannot make the host's segment");
+    }
+    const auto segments = [] {
+      ::shm_info info{};
+      return ::shmctl(0, SHM_INFO, reinterpret_cast<::shmid_ds*>(&info)) < 0 ? -1L : static_cast<long>(info.used_ids);
+    };
+    const long before = segments();
+    dsh::FenceOptions options;
+    options.isolation = dsh::Isolation::off;
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+    std::string text = fence.report().ipc_namespace ? "report: own IPC namespace\n" : "report: System V refused\n";
+    for (const Launch launch : {Launch::fork, Launch::launcher}) {
+      FencedCommand command(shell_argv("ipcrm -m \"$SEGMENT\" >/dev/null 2>&1 && echo removed || echo kept; "
+                                       "ipcmk -M 4096 >/dev/null 2>&1 && echo created || echo refused",
+                                       {"SEGMENT=" + std::to_string(segment)}));
+      command.launch(launch).in_directory(lab.workspace());
+      const dsh::CommandOutput output = command.capture(fence);
+      text += std::string(launch == Launch::fork ? "fork" : "launcher") + ": " + output.out;
+    }
+    ::shmid_ds status{};
+    text += ::shmctl(segment, IPC_STAT, &status) == 0 ? "the host's segment is there" : "the host's segment is gone";
+    text += segments() == before ? ", no segment added\n" : ", the segments changed\n";
+    ::shmctl(segment, IPC_RMID, nullptr);
+    return text;
+  });
+  CHECK(result == "report: own IPC namespace\nfork: kept\nrefused\nlauncher: kept\nrefused\n"
+                  "the host's segment is there, no segment added\n");
 }

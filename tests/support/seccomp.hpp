@@ -1,9 +1,10 @@
 // Seccomp filters a test child installs in itself to stand in for another machine.
 //
-// What a container runtime's seccomp profile does to a process that asks for a user namespace:
-// unshare(2) and clone(2) with CLONE_NEWUSER fail with EPERM, and clone3(2), whose flags the
-// filter cannot read, with ENOSYS (so glibc falls back to clone). For a test child only: it
-// stands in for a machine that refuses user namespaces, without changing machine settings.
+// What a container runtime's seccomp profile does to a process that asks for a namespace it may
+// not have: unshare(2) and clone(2) with one of the refused CLONE_NEW* flags fail with EPERM,
+// and clone3(2), whose flags the filter cannot read, with ENOSYS (so glibc falls back to clone).
+// For a test child only: it stands in for a machine that refuses those namespaces, without
+// changing machine settings.
 #pragma once
 
 #include <array>
@@ -31,9 +32,10 @@ inline constexpr std::uint32_t native_audit_arch = AUDIT_ARCH_AARCH64;
 inline constexpr std::uint32_t native_audit_arch = 0;
 #endif
 
-/// Installs the refusing filter in the calling thread (after no_new_privs, which a fence sets
-/// anyway). Returns 0, or the errno of the call that failed. Async-signal-safe.
-inline int refuse_user_namespaces() noexcept {
+/// Installs in the calling thread (after no_new_privs, which a fence sets anyway) a filter that
+/// refuses unshare and clone with any flag of `namespaces` (CLONE_NEWUSER, CLONE_NEWIPC, ...).
+/// Returns 0, or the errno of the call that failed. Async-signal-safe.
+inline int refuse_namespaces(std::uint32_t namespaces) noexcept {
   constexpr std::uint32_t arch = native_audit_arch;
   if (arch == 0) {
     return ENOSYS;
@@ -53,7 +55,7 @@ inline int refuse_user_namespaces() noexcept {
       jump(static_cast<std::uint32_t>(SYS_unshare), 1, 0), // to the flags
       jump(static_cast<std::uint32_t>(SYS_clone), 0, 2),   // to the flags, else allow
       stmt(BPF_LD | BPF_W | BPF_ABS, arg0),
-      sock_filter{static_cast<std::uint16_t>(BPF_JMP | BPF_JSET | BPF_K), 1, 0, CLONE_NEWUSER}, // to EPERM
+      sock_filter{static_cast<std::uint16_t>(BPF_JMP | BPF_JSET | BPF_K), 1, 0, namespaces}, // to EPERM
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
@@ -67,5 +69,8 @@ inline int refuse_user_namespaces() noexcept {
   }
   return 0;
 }
+
+/// `refuse_namespaces(CLONE_NEWUSER)`: a machine that refuses user namespaces.
+inline int refuse_user_namespaces() noexcept { return refuse_namespaces(CLONE_NEWUSER); }
 
 } // namespace dsh::test
