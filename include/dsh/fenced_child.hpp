@@ -230,9 +230,9 @@ private:
       // A host that is a child subreaper inherits the supervisors of a launcher it stopped:
       // then it reaps this one itself (P_PIDFD names no other child).
       siginfo_t reaped{};
-      constexpr idtype_t by_pidfd = static_cast<idtype_t>(3); // P_PIDFD (Linux 5.4)
-      const bool ours = ::waitid(by_pidfd, static_cast<id_t>(supervisor_.get()), &reaped, WEXITED | WNOHANG) == 0 &&
-                        reaped.si_pid != 0;
+      const bool ours =
+          ::waitid(detail::wait_by_pidfd, static_cast<id_t>(supervisor_.get()), &reaped, WEXITED | WNOHANG) == 0 &&
+          reaped.si_pid != 0;
       for (int round = 0;
            !ours && round < 100000 && ::syscall(SYS_pidfd_send_signal, supervisor_.get(), 0, nullptr, 0U) == 0;
            ++round) {

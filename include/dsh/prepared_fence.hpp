@@ -17,6 +17,7 @@
 #include <dsh/detail/path_trust.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/detail/process/child_steps.hpp>
+#include <dsh/detail/text/concat.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -483,8 +484,8 @@ namespace dsh::detail {
     }
     for (const std::filesystem::path& device : {terminal, std::filesystem::path("/dev/tty")}) {
       if (const std::string why = grant(device, false, device_rights); !why.empty()) {
-        throw LandlockError(subject + ": cannot grant the command's terminal " + json_string_literal(device.native()) +
-                            ": " + why);
+        throw LandlockError(
+            concat(subject, ": cannot grant the command's terminal ", json_string_literal(device.native()), ": ", why));
       }
     }
   }
@@ -510,8 +511,8 @@ namespace dsh::detail {
           continue;
         }
         if (const std::string why = untrusted_directory(path); !why.empty()) {
-          throw LandlockError(subject + ": refusing " + what + " " + json_string_literal(path.native()) + ": " + why +
-                              advice);
+          throw LandlockError(
+              concat(subject, ": refusing ", what, " ", json_string_literal(path.native()), ": ", why, advice));
         }
         trusted.push_back(&path);
       }
@@ -533,8 +534,8 @@ namespace dsh::detail {
     const std::vector<FilesystemLocation> root_regions = reachable_beneath(mounts, root);
     for (const Guard& guard : guards) {
       if (const std::string why = exposure(guard, root, root_regions); !why.empty()) {
-        throw LandlockError(subject + ": refusing the workspace root " + json_string_literal(root.native()) + ": " +
-                            why);
+        throw LandlockError(
+            concat(subject, ": refusing the workspace root ", json_string_literal(root.native()), ": ", why));
       }
     }
     if (const std::string why = grant(root, true, directory_rights); !why.empty()) {
@@ -553,8 +554,8 @@ namespace dsh::detail {
       for (const Guard& guard : guards) {
         if (const std::string why = guard.canonical == temporary ? std::string() : exposure(guard, made, regions);
             !why.empty()) {
-          throw LandlockError(subject + ": refusing the session's temporary directory " +
-                              json_string_literal(made.native()) + ": " + why);
+          throw LandlockError(concat(subject, ": refusing the session's temporary directory ",
+                                     json_string_literal(made.native()), ": ", why));
         }
       }
       if (const std::string why = grant(made, true, directory_rights); !why.empty()) {

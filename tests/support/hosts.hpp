@@ -69,6 +69,7 @@ inline int control_shell(const std::string& script, const std::filesystem::path&
                          const std::vector<std::string>& variables = {}) {
   std::vector<std::string> args = shell_argv(script, variables);
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (std::string& arg : args) {
     argv.push_back(arg.data());
   }

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstddef>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace dsh::detail {
@@ -35,5 +36,10 @@ inline bool write_all(int fd, const char* data, std::size_t size) noexcept {
   }
   return true;
 }
+
+#if defined(__linux__)
+/// waitid's idtype for a pidfd (P_PIDFD, Linux 5.4), which older C libraries do not define.
+inline constexpr auto wait_by_pidfd = static_cast<idtype_t>(3);
+#endif
 
 } // namespace dsh::detail

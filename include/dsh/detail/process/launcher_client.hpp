@@ -452,9 +452,8 @@ private:
     if (pidfd_) {
       ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0U);
       siginfo_t info{};
-      constexpr idtype_t by_pidfd = static_cast<idtype_t>(3); // P_PIDFD (Linux 5.4)
       static_cast<void>(retry_on_eintr(
-          [&]() noexcept { return ::waitid(by_pidfd, static_cast<id_t>(pidfd_.get()), &info, WEXITED); }));
+          [&]() noexcept { return ::waitid(wait_by_pidfd, static_cast<id_t>(pidfd_.get()), &info, WEXITED); }));
     }
 #endif
     pidfd_.reset();
