@@ -74,7 +74,7 @@ struct TailRepair {
 /// allocation unit on every filesystem Linux hosts use (4 KiB blocks; 64 KiB pages of tmpfs on
 /// some arm64 and ppc64 kernels), room for a few hundred switch lines of about 150 bytes (plain or
 /// as a Zstandard frame), and a negligible cost per log.
-inline constexpr std::uint64_t SESSION_LOG_RESERVE_BYTES = 64 * 1024;
+inline constexpr std::uint64_t SESSION_LOG_RESERVE_BYTES = std::uint64_t{64} * 1024;
 
 /// How `SessionLog::open` treats the file it opens, and how long a `SessionLog` waits for the
 /// file lock. The defaults suit a log in a directory other users may write to: each relaxation

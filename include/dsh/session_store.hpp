@@ -127,7 +127,7 @@ namespace dsh::detail::store {
 /// Returns the log in the session directory `session_dir`, or nullopt when it holds none;
 /// throws LogError when it holds both encodings or a log that is not a regular file (a link).
 [[nodiscard]] inline std::optional<DshStoredSession> log_in(const std::filesystem::path& session_dir,
-                                                            std::string project, std::string encoded_id) {
+                                                            const std::string& project, const std::string& encoded_id) {
   std::optional<DshStoredSession> found;
   for (const DshLogEncoding encoding : {DshLogEncoding::plain, DshLogEncoding::zstd}) {
     std::filesystem::path path =

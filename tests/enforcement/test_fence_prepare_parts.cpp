@@ -72,6 +72,7 @@ std::vector<std::string> prefixes_of(const std::string& canonical) {
 
 std::vector<std::string> natives(const std::vector<std::filesystem::path>& paths) {
   std::vector<std::string> out;
+  out.reserve(paths.size());
   for (const std::filesystem::path& path : paths) {
     out.push_back(path.native());
   }

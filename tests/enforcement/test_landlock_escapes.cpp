@@ -275,7 +275,7 @@ TEST_CASE("inside the workspace and the temporary areas everything keeps working
   const EscapeLab escape;
   const std::filesystem::path ws = escape.lab.workspace();
   const dsh::test::TempDir scratch = dsh::test::scratch_in_granted_area(escape.fence.report(), ws);
-  const std::filesystem::path tmp = scratch.path();
+  const std::filesystem::path& tmp = scratch.path();
   const auto works = [&](const std::function<int()>& operation) { CHECK(fenced(escape.fence, operation) == 0); };
   works([&] { return create_file(ws / "a.txt"); });
   works([&] { return errno_of(::mkdir((ws / "d").c_str(), 0700)); });

@@ -15,6 +15,7 @@
 #include "support/landlock.hpp"
 #include "support/seccomp.hpp"
 
+#include <dsh/detail/text/concat.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/open_beneath.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -226,7 +227,7 @@ private:
 /// A copy of the socket client in `lab`'s base, where every host can run it and the namespace
 /// layer shows it (the build tree may lie under /tmp, which the layer replaces); returns its path.
 std::filesystem::path install_client(const Lab& lab) {
-  const std::filesystem::path copy = lab.base() / "dsh_test_unix_connect";
+  std::filesystem::path copy = lab.base() / "dsh_test_unix_connect";
   std::filesystem::copy_file(DSH_TEST_UNIX_CONNECT, copy, std::filesystem::copy_options::overwrite_existing);
   std::filesystem::permissions(copy, std::filesystem::perms(0755));
   return copy;
@@ -364,7 +365,7 @@ echo ran)";
     const std::string seen = run_as(host, [&]() -> std::string {
       const PreparedFence fence =
           prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
-      const std::string text = run_fenced(fence, shell_argv(script, variables), lab.workspace());
+      std::string text = run_fenced(fence, shell_argv(script, variables), lab.workspace());
       (void)PreparedFence::remove_temporary_directory(session_options(lab));
       return text;
     });
@@ -418,7 +419,7 @@ TEST_CASE("namespace: the workspace root cannot be made a bare git directory, wi
       const std::string seen = run_as(host, [&]() -> std::string {
         const PreparedFence fence =
             prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
-        const std::string text = run_fenced(fence, shell_argv(bare_root_plant_script, variables), lab.workspace());
+        std::string text = run_fenced(fence, shell_argv(bare_root_plant_script, variables), lab.workspace());
         (void)PreparedFence::remove_temporary_directory(session_options(lab));
         return text;
       });
@@ -651,7 +652,7 @@ TEST_CASE("namespace: a command can neither chmod nor lock its own session log")
         }
         call.terminate();
         (void)call.wait();
-        text += std::string(dsh::to_string(mode)) + ": chmod " + chmod.out + "lock " + held + "host " + during + "\n";
+        text += dsh::detail::concat(dsh::to_string(mode), ": chmod ", chmod.out, "lock ", held, "host ", during, "\n");
       }
       (void)PreparedFence::remove_temporary_directory(options);
       return text;

@@ -19,6 +19,7 @@
 #include "support/session_log.hpp"
 #include "support/terminal.hpp"
 
+#include <dsh/detail/text/concat.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
@@ -761,9 +762,10 @@ TEST_CASE("neighbours: each host's default root is its own: /tmp/dsh-sandbox-pol
     const std::string session = "session-" + dsh::detail::name_digest("neighbours-default-root");
     const std::string host = std::to_string(uid);
     const std::string in_tmp =
-        (default_root(uid) / session).native() + " 0700 0700 " + host + " " + host + " removed 1 0\n";
-    CHECK(seen == in_tmp + (runtime / "dsh-sandbox-policy" / session).native() + " 0700 0700 " + host + " " + host +
-                      " removed 1 0\n" + in_tmp + in_tmp + default_root(uid).native() + " 1\ncall gone 1\n");
+        dsh::detail::concat((default_root(uid) / session).native(), " 0700 0700 ", host, " ", host, " removed 1 0\n");
+    CHECK(seen == dsh::detail::concat(in_tmp, (runtime / "dsh-sandbox-policy" / session).native(), " 0700 0700 ", host,
+                                      " ", host, " removed 1 0\n", in_tmp, in_tmp, default_root(uid).native(),
+                                      " 1\ncall gone 1\n"));
     std::filesystem::remove_all(runtime);
     std::filesystem::remove_all(open_runtime);
   }
@@ -932,9 +934,9 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
     std::string expected = "state 30x90\ncontrol tcsets=0 winsize=0 changed=1\n";
     for (const SandboxMode mode : fenced_modes) {
       for (const bool with_own : {false, true}) {
-        expected += std::string(dsh::to_string(mode)) + (with_own ? " own terminal" : " no terminal") +
-                    ": tcsets=" + eacces + " winsize=" + eacces + " own tcsets=" + (with_own ? "0" : eacces) +
-                    " unchanged=1\n";
+        expected +=
+            dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal", ": tcsets=", eacces,
+                                " winsize=", eacces, " own tcsets=", with_own ? "0" : eacces, " unchanged=1\n");
       }
     }
     CHECK(seen == expected);

@@ -10,6 +10,7 @@
 #include "support/seccomp.hpp"
 #include "support/session_log.hpp"
 
+#include <dsh/detail/text/concat.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 
@@ -181,31 +182,32 @@ TEST_CASE("the namespace layer's report in each isolation mode, as root and as a
           PreparedFence::prepare(setup.lab.policy(SandboxMode::read_only), setup.options(Isolation::best_effort))
               .report()
               .describe();
-      return base + "\n" + layered;
+      return dsh::detail::concat(base, "\n", layered);
     });
     const std::string base = whole.substr(0, whole.find('\n'));
     const std::string base_ipc =
         unprivileged ? "; syscall filter: on, System V IPC refused" : "; syscall filter: on, own IPC namespace";
     REQUIRE(base.size() >= base_ipc.size());
     CHECK(base.substr(base.size() - base_ipc.size()) == base_ipc);
-    CHECK(whole.substr(whole.find('\n') + 1) == base.substr(0, base.size() - base_ipc.size()) +
-                                                    "; syscall filter: on, own IPC namespace; namespace layer "
-                                                    "(best-effort): " +
-                                                    applied_rows(unprivileged));
+    CHECK(whole.substr(whole.find('\n') + 1) ==
+          dsh::detail::concat(
+              std::string_view(base).substr(0, base.size() - base_ipc.size()),
+              "; syscall filter: on, own IPC namespace; namespace layer (best-effort): ", applied_rows(unprivileged)));
     const std::string rows = applied_rows(unprivileged);
     const std::string count = unprivileged ? "10" : "9";
     const std::string ipc_off = unprivileged ? "no" : "yes"; // the base fence's own answer
-    CHECK(seen == "off read-only: 0 rows, isolation off, ipc namespace " + ipc_off + "\nno layer\n" +
-                      "off workspace-write: 0 rows, isolation off, ipc namespace " + ipc_off + "\nno layer\n" +
-                      "off danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n" +
-                      "best-effort read-only: " + count + " rows, isolation best-effort, ipc namespace yes\n" +
-                      "; namespace layer (best-effort): " + rows + "\n" + "best-effort workspace-write: " + count +
-                      " rows, isolation best-effort, ipc namespace yes\n" + "; namespace layer (best-effort): " + rows +
-                      "\n" + "best-effort danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n" +
-                      "required read-only: " + count + " rows, isolation required, ipc namespace yes\n" +
-                      "; namespace layer (required): " + rows + "\n" + "required workspace-write: " + count +
-                      " rows, isolation required, ipc namespace yes\n" + "; namespace layer (required): " + rows +
-                      "\n" + "required danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n");
+    CHECK(seen == dsh::detail::concat(
+                      "off read-only: 0 rows, isolation off, ipc namespace ", ipc_off, "\nno layer\n",
+                      "off workspace-write: 0 rows, isolation off, ipc namespace ", ipc_off, "\nno layer\n",
+                      "off danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n",
+                      "best-effort read-only: ", count, " rows, isolation best-effort, ipc namespace yes\n",
+                      "; namespace layer (best-effort): ", rows, "\n", "best-effort workspace-write: ", count,
+                      " rows, isolation best-effort, ipc namespace yes\n", "; namespace layer (best-effort): ", rows,
+                      "\n", "best-effort danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n",
+                      "required read-only: ", count, " rows, isolation required, ipc namespace yes\n",
+                      "; namespace layer (required): ", rows, "\n", "required workspace-write: ", count,
+                      " rows, isolation required, ipc namespace yes\n", "; namespace layer (required): ", rows, "\n",
+                      "required danger-full-access: 0 rows, isolation off, ipc namespace no\nno layer\n"));
   }
 }
 
@@ -276,14 +278,10 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
       return std::to_string(run.exit_code) + "\n" + run.out + run.err +
              "found: " + read_file(fence.report().temporary_directory / "x");
     });
-    CHECK(seen == "0\n1\nsocket:1\nruntime:0\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\noutside:1\nstate:0\n"
-                  "flock:73\nchmod:1\nworkspace:0\nuid:" +
-                      uid + ":" + uid + "\nCapEff:\t" + capabilities +
-                      "\n"
-                      "bash: line 8: " +
-                      setup.target.native() +
-                      ": Read-only file system\n"
-                      "found: private\n");
+    CHECK(seen == dsh::detail::concat("0\n1\nsocket:1\nruntime:0\ntmp:0\nhost-tmp:1\nmktemp:ok\nTMPDIR=/tmp\n"
+                                      "outside:1\nstate:0\nflock:73\nchmod:1\nworkspace:0\nuid:",
+                                      uid, ":", uid, "\nCapEff:\t", capabilities, "\nbash: line 8: ",
+                                      setup.target.native(), ": Read-only file system\nfound: private\n"));
     CHECK(read_file(setup.target) == "outside\n");
     CHECK(mode_and_bytes(setup.log) == log_before);
     CHECK(read_file(setup.lab.workspace() / "made") == "in-workspace\n");
@@ -340,11 +338,11 @@ TEST_CASE("a workspace beneath /tmp keeps the host's /tmp in view in every mode,
     };
     const std::string row = "/tmp, /var/tmp, /dev/shm: not applied: ";
     const std::string required = "required: but /tmp, /var/tmp, /dev/shm cannot be replaced: ";
-    CHECK(seen == row + problem("the workspace root") +
-                      "\nread-only: hello\nstatus 1\nbash: line 1: new: Read-only file system\n" + required +
-                      problem("the workspace root") + "; nothing runs\n" + row + problem("the granted directory") +
-                      "\nworkspace-write: hello\nstatus 0\n" + required + problem("the granted directory") +
-                      "; nothing runs\n");
+    CHECK(seen == dsh::detail::concat(row, problem("the workspace root"),
+                                      "\nread-only: hello\nstatus 1\nbash: line 1: new: Read-only file system\n",
+                                      required, problem("the workspace root"), "; nothing runs\n", row,
+                                      problem("the granted directory"), "\nworkspace-write: hello\nstatus 0\n",
+                                      required, problem("the granted directory"), "; nothing runs\n"));
   }
 }
 

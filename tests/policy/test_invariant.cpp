@@ -129,7 +129,7 @@ TEST_CASE("the failure text writes every double in its shortest round-trip form"
   std::mt19937_64 random(20240601);
   std::vector<std::string> wrong;
   for (int i = 0; i < 20000; ++i) {
-    const double number = std::bit_cast<double>(random());
+    const auto number = std::bit_cast<double>(random());
     const std::string text = dsh::detail::compact_json(json(number));
     if (!std::isfinite(number)) {
       if (text != "null") {

@@ -54,6 +54,7 @@ int run_git(const fs::path& dir, std::initializer_list<std::string> args) {
                                  dir.native()};
   words.insert(words.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(words.size() + 1);
   for (std::string& word : words) {
     argv.push_back(word.data());
   }
@@ -484,8 +485,9 @@ TEST_CASE("modules/: a git directory git would not accept still gets its entries
   }
   SECTION("more than 4096 entries") {
     for (int i = 0; i < 1000; ++i) {
-      std::string name = std::to_string(i);
-      name = "m" + std::string(4 - name.size(), '0') + name;
+      const std::string digits = std::to_string(i);
+      std::string name = "m";
+      name.append(4 - digits.size(), '0').append(digits);
       fs::create_directories(modules / name);
       write_text(modules / name / "config", "");
     }

@@ -5,6 +5,7 @@
 // into buffers of exactly their size, so that AddressSanitizer sees any read past a row.
 #include "support/session_log.hpp"
 
+#include <initializer_list>
 #include <random>
 #include <utility>
 
@@ -35,7 +36,7 @@ template <ScanWidth Width> std::string outcome(std::string_view row) {
 /// The outcome of `row`, which every width must agree on (checked here; the checks are
 /// spelled only on a disagreement, since the sweeps below scan some million rows).
 std::string agreed(std::string_view row) {
-  const std::string bytes = outcome<ScanWidth::bytes>(row);
+  std::string bytes = outcome<ScanWidth::bytes>(row);
   const std::string words = outcome<ScanWidth::words>(row);
   if (words != bytes) {
     INFO(row);
@@ -104,8 +105,8 @@ TEST_CASE("every width finds a special byte at every offset of a string, at ever
   };
   std::size_t checked = 0;
   for (std::size_t pad = 0; pad <= 16; ++pad) {
-    for (const std::size_t trail : {0, 1, 7, 8, 15, 16}) {
-      for (const std::size_t length : {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33}) {
+    for (const std::size_t trail : std::initializer_list<std::size_t>{0, 1, 7, 8, 15, 16}) {
+      for (const std::size_t length : std::initializer_list<std::size_t>{0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33}) {
         for (std::size_t at = 0; at <= length; ++at) {
           for (const Case& c : cases) {
             const std::string body = std::string(at, 'a') + c.bytes + std::string(length - at, 'b');

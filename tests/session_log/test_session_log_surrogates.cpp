@@ -23,7 +23,7 @@ std::string row(int seq, std::string_view type, std::string_view data_json) {
 
 /// Writes `content` to a fresh log in `dir` and returns its path.
 std::filesystem::path write_log(const TempDir& dir, std::string_view content) {
-  const auto path = dir / "session.jsonl";
+  auto path = dir / "session.jsonl";
   write_file(path, content);
   return path;
 }

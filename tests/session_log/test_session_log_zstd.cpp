@@ -227,6 +227,7 @@ TEST_CASE("zstd log: a last frame cut at every byte is repaired, complete rows k
     const std::vector<std::string> expected(built.rows.begin(),
                                             built.rows.begin() + static_cast<std::ptrdiff_t>(4 + kept));
     std::vector<std::string> compact;
+    compact.reserve(expected.size());
     for (const auto& text : expected) {
       compact.push_back(nlohmann::json::parse(text).dump());
     }

@@ -86,6 +86,7 @@ Outcome run_fence(const std::vector<std::string>& arguments, const std::filesyst
   std::vector<std::string> argv{DSH_FENCE_RUN};
   argv.insert(argv.end(), arguments.begin(), arguments.end());
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (std::string& arg : argv) {
     args.push_back(arg.data());
   }

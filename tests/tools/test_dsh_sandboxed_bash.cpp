@@ -2,6 +2,7 @@
 // session's policy, fences bash with it, and turns a denied write into an escalation hint.
 #include "support/landlock.hpp"
 
+#include <dsh/detail/text/concat.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 #include <dsh/session_log.hpp>
@@ -478,8 +479,7 @@ TEST_CASE("dsh-sandboxed-bash --timeout: 124 when the time runs out, with everyt
   session.switch_to(SandboxMode::workspace_write);
   // The background sleep's pid goes to the workspace, where the call may write.
   const Captured timed = session.run({"--log", session.log_path.string(), "--timeout", "1", "--",
-                                      "sleep 30 & echo $! > "
-                                      "background.pid; sleep 30; echo never"});
+                                      "sleep 30 & echo $! > background.pid; sleep 30; echo never"});
   CHECK(timed.exit_code == 124);
   CHECK(timed.out.empty());
   const std::string pid = read_file(session.lab.workspace() / "background.pid");
@@ -489,8 +489,9 @@ TEST_CASE("dsh-sandboxed-bash --timeout: 124 when the time runs out, with everyt
     CAPTURE(bad);
     const Captured refused = session.run({"--log", session.log_path.string(), "--timeout", bad, "--", "touch made"});
     CHECK(refused.exit_code == 2);
-    CHECK(refused.err == prefix + "--timeout expects a whole number of seconds from 1 to 3153600000, got \"" + bad +
-                             "\"\n" + usage_text);
+    CHECK(refused.err == dsh::detail::concat(prefix,
+                                             "--timeout expects a whole number of seconds from 1 to 3153600000, got \"",
+                                             bad, "\"\n", usage_text));
   }
   const Captured missing = session.run({"--log", session.log_path.string(), "--timeout"});
   CHECK(missing.exit_code == 2);
