@@ -9,7 +9,8 @@
 # zygote), and a fork maps again, one page fault at a time, each shared library's pages it touches
 # (docs/performance.md). Linked with the static C++ runtime and libzstd, every symbol bound at
 # start (so that the fence's supervisor and the command's child, which are forks, resolve nothing
-# lazily) and unused sections dropped, the programs load only glibc's libc and libm. Never with a sanitizer: its runtime does not mix with a static libstdc++.
+# lazily) and unused sections dropped, the programs load only glibc's libc and libm. Never with a
+# sanitizer: its runtime does not mix with a static libstdc++.
 set(_dsh_static_tools OFF)
 if(NOT DSH_SANDBOX_POLICY_STATIC_TOOLS MATCHES "^(AUTO|ON|OFF)$")
   message(FATAL_ERROR "DSH_SANDBOX_POLICY_STATIC_TOOLS must be AUTO, ON or OFF, not '${DSH_SANDBOX_POLICY_STATIC_TOOLS}'")
