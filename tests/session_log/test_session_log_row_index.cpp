@@ -12,10 +12,16 @@
 #include <stdexcept>
 #include <vector>
 
-// The sanitizers own operator new; the count is kept only in a build without them.
+// The sanitizers own operator new; the count is kept only in a build without them. GCC says so
+// with __SANITIZE_*__, Clang only through __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DSH_TEST_COUNT_ALLOCATIONS 0
-#else
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define DSH_TEST_COUNT_ALLOCATIONS 0
+#endif
+#endif
+#ifndef DSH_TEST_COUNT_ALLOCATIONS
 #define DSH_TEST_COUNT_ALLOCATIONS 1
 #endif
 
@@ -34,6 +40,16 @@ void* operator new(std::size_t size) {
 void operator delete(void* memory) noexcept { std::free(memory); }
 void operator delete(void* memory, std::size_t) noexcept { std::free(memory); }
 void* operator new[](std::size_t size) { return operator new(size); }
+// Every form the program may call frees with the deletes below, so the nothrow forms are
+// replaced too (Catch2 allocates with them).
+void* operator new(std::size_t size, const std::nothrow_t& /*tag*/) noexcept {
+  try {
+    return operator new(size);
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept { return operator new(size, tag); }
 void operator delete[](void* memory) noexcept { std::free(memory); }
 void operator delete[](void* memory, std::size_t) noexcept { std::free(memory); }
 #endif
