@@ -236,6 +236,9 @@ int run(const Options& options) {
   // out of the command's reach; prepare refuses a workspace grant that would expose it.
   dsh::FenceOptions fence_options;
   fence_options.session_log = options.log;
+  // The private temporary directory belongs to this session: its id and its log's path name it,
+  // so a new session made at the same path (the log removed and created again) starts empty.
+  fence_options.session_id = log.header().id + "\n" + dsh::canonical_path(options.log).native();
   fence_options.isolation = options.isolation;
   if (log.header().cwd) {
     fence_options.session_cwd = *log.header().cwd;

@@ -536,6 +536,69 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
   });
 }
 
+// The default temporary root lies in the user's runtime directory: the session's private
+// directory is a grant beneath it, and the runtime directory (ssh-agent's, gpg-agent's and the
+// bus's sockets) must go out of view all the same, with only that grant bound back. Both ways
+// the command finds its TMPDIR: /tmp (the private directory mounted there) and, where the /tmp
+// row cannot apply (a grant beneath /tmp), the private directory at its own path.
+TEST_CASE("namespace: the runtime directory holding the private temporary directory is out of view all the same") {
+  DSH_REQUIRE_LANDLOCK();
+  over_hosts([&](const Host host, const Lab& lab) {
+    const std::filesystem::path client = install_client(lab);
+    if (host != Host::root) {
+      open_lab_to_nobody(lab);
+    }
+    const ShortDirectory short_directory(host == Host::root ? 0 : dsh::test::nobody);
+    const std::string seen = run_as(host, [&]() -> std::string {
+      const std::filesystem::path runtime = short_directory.path() / "runtime";
+      if (::mkdir(runtime.c_str(), 0700) != 0) {
+        return "mkdir failed";
+      }
+      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1); // this forked host's own environment
+      Listener listener(runtime / "bus");
+      if (!listener.ok()) {
+        return "listen failed";
+      }
+      std::string text;
+      for (const bool grant_under_tmp : {false, true}) {
+        FenceOptions options;
+        options.session_id = "runtime-directory";
+        if (grant_under_tmp) {
+          options.extra_writable = {lab.tmp_area()};
+        }
+        const PreparedFence fence = prepare(lab.policy(SandboxMode::workspace_write), options, Isolation::best_effort);
+        const std::filesystem::path private_directory = fence.report().temporary_directory;
+        text += grant_under_tmp ? "grant under /tmp: " : "default: ";
+        text += dsh::detail::is_within(private_directory, runtime) ? "private directory in the runtime directory\n"
+                                                                   : "private directory elsewhere\n";
+        for (const std::string& note : fence.report().notes) {
+          if (note.starts_with("not out of view")) {
+            text += note + "\n";
+          }
+        }
+        text += run_fenced(fence, connect_argv(client, runtime / "bus"), lab.workspace());
+        text += "reached " + std::to_string(listener.reached()) + "\n";
+        text += run_fenced(fence,
+                           {"/bin/bash", "-c",
+                            "f=$(mktemp) && printf kept > \"$f\" && mv \"$f\" \"$TMPDIR/made-by-command\" && "
+                            "echo made; ls -A \"$XDG_RUNTIME_DIR\""},
+                           lab.workspace());
+        text += read_file(private_directory / "made-by-command") + "\n";
+        std::filesystem::remove(private_directory / "made-by-command");
+      }
+      std::filesystem::remove_all(runtime);
+      return text;
+    });
+    // The command's environment keeps XDG_RUNTIME_DIR: in the view it names an empty directory
+    // but for the way to the private one; under the base fence alone the socket is reached.
+    const std::string view = layered(host) ? "1 connect: No such file or directory\nreached 0\n0 made\n"
+                                             "dsh-sandbox-policy\nkept\n"
+                                           : "0 sent\nreached 1\n0 made\nbus\ndsh-sandbox-policy\nkept\n";
+    CHECK(seen == "default: private directory in the runtime directory\n" + view +
+                      "grant under /tmp: private directory in the runtime directory\n" + view);
+  });
+}
+
 // The open limit below Landlock ABI 9: a socket in a directory the layer keeps in view (neither
 // the runtime directory, nor /tmp, nor the host's declared state) is reached. ABI 9's
 // LANDLOCK_ACCESS_FS_RESOLVE_UNIX closes it; the fence handles that right where the kernel has it.
@@ -670,6 +733,55 @@ TEST_CASE("namespace: a command can neither chmod nor lock its own session log")
 // =============================================================================================
 // User namespaces refused: best-effort falls back and says so, required runs nothing
 // =============================================================================================
+
+// A command of the same user can use up the user's namespace count (ENOSPC) during another
+// call; best-effort must not then run the next call without the layer, and a host must not
+// remember that refusal.
+TEST_CASE("namespace: a namespace limit reached makes best-effort run nothing rather than fall back") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Lab lab;
+    const std::filesystem::path marker = lab.workspace() / "ran";
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    const std::string seen = as_host(unprivileged, [&]() -> std::string {
+      std::string text;
+      for (const Isolation isolation : {Isolation::best_effort, Isolation::required}) {
+        // A child host: the refusing filter cannot be taken back, and the next host is clean.
+        text += dsh::test::unfenced([&] {
+                  if (dsh::test::refuse_namespaces(
+                          CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS, ENOSPC) != 0) {
+                    return 3;
+                  }
+                  try {
+                    const PreparedFence fence =
+                        prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), isolation);
+                    (void)shell(fence, "touch ran", lab.workspace());
+                    return 1;
+                  } catch (const LandlockError& error) {
+                    const std::string message = error.what();
+                    return message.find("No space left on device") != std::string::npos &&
+                                   message.ends_with("does not fall back to the base fence; nothing runs")
+                               ? 0
+                               : 2;
+                  }
+                }) == 0
+                    ? "refused "
+                    : "ran ";
+      }
+      // In this host, which never saw the limit, the layer applies.
+      const PreparedFence fence =
+          prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
+      text += fence.report().layers.front().applied ? "then layered\n" : "then not layered\n";
+      (void)PreparedFence::remove_temporary_directory(session_options(lab));
+      return text;
+    });
+    CHECK(seen == "refused refused then layered\n");
+    CHECK_FALSE(exists_nofollow(marker));
+  }
+}
 
 TEST_CASE("namespace: with user namespaces refused, best-effort keeps the base fence and required runs nothing") {
   DSH_REQUIRE_LANDLOCK();

@@ -320,6 +320,74 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
   CHECK(injected().empty());
 }
 
+// The terminal family: the terminal is the command's controlling terminal, on which the kernel
+// lets TIOCSTI type without cap_sys_admin (dev.tty.legacy_tiocsti = 1); what it typed would stay
+// queued for the host's next call on that terminal, which runs it under its own policy.
+TEST_CASE("redteam: the terminal family cannot type into its own terminal for the next call") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const Pty pty(24, 80);
+  const int slave = pty.slave();
+  termios raw{};
+  REQUIRE(::tcgetattr(slave, &raw) == 0);
+  ::cfmakeraw(&raw); // an injected key is readable at once, and not echoed
+  REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
+  const auto queued = [&] { // what the terminal's next reader would receive
+    std::string text;
+    pollfd ready{slave, POLLIN, 0};
+    while (::poll(&ready, 1, 0) > 0) {
+      std::array<char, 64> buffer{};
+      const ::ssize_t got = ::read(slave, buffer.data(), buffer.size());
+      if (got <= 0) {
+        break;
+      }
+      text.append(buffer.data(), static_cast<std::size_t>(got));
+    }
+    return text;
+  };
+  const int control = dsh::test::unfenced([&] {
+    const char key = 'C';
+    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
+      return 200;
+    }
+    return errno_of(::ioctl(slave, TIOCSTI, &key));
+  });
+  if (control == EIO) {
+    DSH_TEST_SKIP("this kernel has TIOCSTI disabled (dev.tty.legacy_tiocsti = 0): nothing to attack");
+  }
+  REQUIRE(control == 0);
+  REQUIRE(queued() == "C");
+
+  const auto attempts = [&] {
+    std::string text;
+    // danger-full-access is unrestricted: it may type as it may write the user's shell startup.
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      FenceOptions options;
+      options.terminal = pty.name();
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode), options);
+      const std::filesystem::path out = lab.outside() / ("tiocsti-" + std::to_string(::geteuid()) + ".out");
+      const dsh::UniqueFd file{::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)};
+      if (!file) {
+        return std::string("cannot open the output file");
+      }
+      // Its stdin and /dev/tty are both the controlling terminal.
+      FencedCommand command = hostile_command("tiocsti", "/dev/tty");
+      command.controlling_terminal(slave).redirect(STDOUT_FILENO, file.get()).in_directory(lab.workspace());
+      const int status = command.run(fence);
+      text += std::string(dsh::to_string(mode)) + ": " + std::to_string(status) + " " + read_file(out);
+      std::filesystem::remove(out);
+    }
+    return text;
+  };
+  const std::string refused = "0 stdin=" + n(EPERM) + " by-name=" + n(EPERM) + "\n";
+  const std::string expected = "read-only: " + refused + "workspace-write: " + refused;
+  CHECK(attempts() == expected);
+  CHECK(queued().empty());
+  open_lab_and_tmp_to_nobody(lab);
+  CHECK(as_host_with_copy(true, attempts) == expected);
+  CHECK(queued().empty());
+}
+
 TEST_CASE("redteam: the host's stdout redirected to a file cannot be truncated, seeked or reopened") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;

@@ -276,10 +276,14 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc,
         }
         break;
       }
-      case RuleCheck::drops_terminal: // ioctl(fd, request, argument)
+      case RuleCheck::terminal_requests: // ioctl(fd, request, argument)
         CHECK(is({0, TIOCNOTTY}) == (applies ? refuse : allow));
+        CHECK(is({0, TIOCSTI, pointer}) == (applies ? refuse : allow));
         // the kernel takes the request as an unsigned int: an upper half changes nothing
         CHECK(is({5, high_word | TIOCNOTTY, pointer}) == (applies ? refuse : allow));
+        CHECK(is({5, high_word | TIOCSTI, pointer}) == (applies ? refuse : allow));
+        CHECK(is({5, TIOCSTI + 1, pointer}) == allow); // TIOCGWINSZ
+        CHECK(is({TIOCSTI, 0, TIOCSTI}) == allow);
         CHECK(is({5, TIOCGWINSZ, pointer}) == allow);
         CHECK(is({5, TIOCSWINSZ, pointer}) == allow);
         CHECK(is({5, TCGETS, pointer}) == allow);
@@ -357,6 +361,8 @@ TEST_CASE("syscall filter: the program decides every call of the table as its ro
   CHECK(verdict(x86_terminal, AUDIT_ARCH_X86_64, 112) == refused(EPERM));
   CHECK(verdict(x86_terminal, AUDIT_ARCH_I386, 66) == refused(EPERM));
   CHECK(verdict(x86_terminal, AUDIT_ARCH_X86_64, 16, {0, 0x5422}) == refused(EPERM));
+  CHECK(verdict(x86_terminal, AUDIT_ARCH_X86_64, 16, {0, 0x5412}) == refused(EPERM));
+  CHECK(verdict(arm64_terminal, AUDIT_ARCH_AARCH64, 29, {0, 0x5412}) == refused(EPERM));
   CHECK(verdict(x86_terminal, AUDIT_ARCH_I386, 54, {0, 0x5422}) == refused(EPERM));
   CHECK(verdict(arm64_terminal, AUDIT_ARCH_AARCH64, 157) == refused(EPERM));
   CHECK(verdict(arm64_terminal, AUDIT_ARCH_ARM, 66) == refused(EPERM));

@@ -33,9 +33,10 @@ inline constexpr std::uint32_t native_audit_arch = 0;
 #endif
 
 /// Installs in the calling thread (after no_new_privs, which a fence sets anyway) a filter that
-/// refuses unshare and clone with any flag of `namespaces` (CLONE_NEWUSER, CLONE_NEWIPC, ...).
+/// refuses unshare and clone with any flag of `namespaces` (CLONE_NEWUSER, CLONE_NEWIPC, ...),
+/// with `error` (EPERM as a policy refuses them, ENOSPC as a user at its namespace limit sees).
 /// Returns 0, or the errno of the call that failed. Async-signal-safe.
-inline int refuse_namespaces(std::uint32_t namespaces) noexcept {
+inline int refuse_namespaces(std::uint32_t namespaces, int error = EPERM) noexcept {
   constexpr std::uint32_t arch = native_audit_arch;
   if (arch == 0) {
     return ENOSYS;
@@ -55,9 +56,9 @@ inline int refuse_namespaces(std::uint32_t namespaces) noexcept {
       jump(static_cast<std::uint32_t>(SYS_unshare), 1, 0), // to the flags
       jump(static_cast<std::uint32_t>(SYS_clone), 0, 2),   // to the flags, else allow
       stmt(BPF_LD | BPF_W | BPF_ABS, arg0),
-      sock_filter{static_cast<std::uint16_t>(BPF_JMP | BPF_JSET | BPF_K), 1, 0, namespaces}, // to EPERM
+      sock_filter{static_cast<std::uint16_t>(BPF_JMP | BPF_JSET | BPF_K), 1, 0, namespaces}, // to `error`
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-      stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+      stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<std::uint32_t>(error) & SECCOMP_RET_DATA)),
       stmt(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
   }};
   sock_fprog fprog{static_cast<unsigned short>(program.size()), const_cast<sock_filter*>(program.data())};

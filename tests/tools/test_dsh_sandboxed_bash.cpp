@@ -21,6 +21,14 @@ using namespace dsh::test;
 
 namespace {
 
+/// The options naming the private temporary directory the tool keeps for the session `id`
+/// logged at `log_path`: its id and the log's canonical path (tools/dsh_sandboxed_bash.cpp).
+dsh::FenceOptions tool_session(const std::string& id, const std::filesystem::path& log_path) {
+  dsh::FenceOptions options;
+  options.session_id = id + "\n" + dsh::canonical_path(log_path).native();
+  return options;
+}
+
 /// A lab plus a session log whose cwd is the lab's workspace.
 struct Session {
   Lab lab;
@@ -33,12 +41,10 @@ struct Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
   /// Removes the session's private temporary directory, which the tool's calls keep for the
-  /// session (named by its log) under the default root.
+  /// session (named by its id and log) under the default root.
   ~Session() {
-    dsh::FenceOptions options;
-    options.session_log = log_path;
     try {
-      (void)dsh::PreparedFence::remove_temporary_directory(options);
+      (void)dsh::PreparedFence::remove_temporary_directory(tool_session("s-sandboxed-bash", log_path));
     } catch (...) { // NOLINT(bugprone-empty-catch): nothing to clean when it cannot be named
     }
   }
@@ -439,9 +445,34 @@ TEST_CASE("dsh-sandboxed-bash: a forged danger-full-access switch in a log under
   CHECK(read_file(lab.workspace() / "inside.txt") == "<missing>");
   const dsh::PolicyOwner owner;
   CHECK(owner.resolve(dsh::SessionLog::open(log_path)).mode == SandboxMode::workspace_write);
-  dsh::FenceOptions options;
-  options.session_log = log_path;
-  CHECK(dsh::PreparedFence::remove_temporary_directory(options)); // the session's, made by the tool's call
+  // the session's, made by the tool's call
+  CHECK(dsh::PreparedFence::remove_temporary_directory(tool_session("s-tmp", log_path)));
+}
+
+TEST_CASE("dsh-sandboxed-bash: the session's TMPDIR persists across its calls, and a new session at its log's path "
+          "starts empty") {
+  DSH_REQUIRE_LANDLOCK();
+  const Session session;
+  session.switch_to(SandboxMode::workspace_write);
+  const std::string log = session.log_path.string();
+  const Captured left = session.run({"--log", log, "--", "echo kept > \"$TMPDIR/left\" && ls -A \"$TMPDIR\""});
+  CHECK(left.exit_code == 0);
+  CHECK(left.out == "left\n");
+  const Captured again = session.run({"--log", log, "--", "cat \"$TMPDIR/left\""});
+  CHECK(again.exit_code == 0);
+  CHECK(again.out == "kept\n");
+  // The log removed and a new session created at its path: the earlier session's files are not its.
+  std::filesystem::remove(session.log_path);
+  {
+    dsh::SessionLog next =
+        dsh::SessionLog::create(session.log_path, {"s-next", session.lab.workspace().string(), 1764480000001});
+    dsh::set_sandbox_mode(next, SandboxMode::workspace_write);
+  }
+  const Captured fresh = session.run({"--log", log, "--", "ls -A \"$TMPDIR\"; cat \"$TMPDIR/left\" 2>&1"});
+  CHECK(fresh.exit_code == 1);
+  CHECK(fresh.out.find("No such file or directory") != std::string::npos);
+  CHECK(fresh.out.find("kept") == std::string::npos);
+  CHECK(dsh::PreparedFence::remove_temporary_directory(tool_session("s-next", session.log_path)));
 }
 
 TEST_CASE("dsh-sandboxed-bash: a denial at the end of a line longer than the watch keeps is still reported") {

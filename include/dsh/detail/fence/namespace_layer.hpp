@@ -90,10 +90,19 @@ struct NamespacePlan {
   std::string temporary;                      ///< the private directory mounted there; "" for an empty read-only view
   std::vector<std::string> temporary_targets; ///< "/tmp" first, then the other existing areas (canonical)
   std::vector<std::string> hidden_dirs;       ///< replaced by an empty read-only tmpfs
-  std::vector<std::string> hidden_files;      ///< replaced by a read-only, nodev bind of /dev/null
+  /// Grants beneath a hidden directory (the private temporary directory beneath the runtime
+  /// directory, say), bound back into its empty view at the same path; at most
+  /// `max_revealed`.
+  std::vector<std::string> revealed;
+  std::vector<std::string> revealed_steps; ///< the directories made in the empty views for them, parents first
+  std::vector<std::string> hidden_files;   ///< replaced by a read-only, nodev bind of /dev/null
 };
 
 #if defined(__linux__)
+/// How many grants beneath hidden directories a plan may bind back (each is held open by the
+/// child while the views are made, in an array of this size).
+inline constexpr std::size_t max_revealed = 16;
+
 /// The host devices bound into the command's fresh /dev, by the same name.
 inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/zero",    "/dev/full",
                                                           "/dev/random", "/dev/urandom", "/dev/tty"};
@@ -343,9 +352,54 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
       }
     }
   }
+  // The host's state out of view: each directory becomes an empty tmpfs, writable only until
+  // the grants beneath it are bound back at their own paths (held open before the tmpfs hides
+  // them), then read-only.
+  std::array<int, max_revealed> revealed{};
+  revealed.fill(-1);
+  const auto close_revealed = [&revealed]() noexcept {
+    for (int& fd : revealed) {
+      if (fd >= 0) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  };
+  if (plan.revealed.size() > revealed.size()) {
+    return fail(E2BIG, "more grants beneath hidden directories than the layer binds back");
+  }
+  for (std::size_t i = 0; i < plan.revealed.size(); ++i) {
+    revealed[i] = ::open(plan.revealed[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (revealed[i] < 0) {
+      const int error = errno;
+      close_revealed();
+      return fail(error, "open(O_PATH) of a grant beneath a hidden directory");
+    }
+  }
+  const auto fail_revealed = [&close_revealed, &fail](int error, const char* step) noexcept {
+    close_revealed();
+    return fail(error, step);
+  };
   for (const std::string& directory : plan.hidden_dirs) {
-    if (::mount("tmpfs", directory.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
-      return fail(errno, "mount of an empty view over a host directory");
+    if (::mount("tmpfs", directory.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
+      return fail_revealed(errno, "mount of an empty view over a host directory");
+    }
+  }
+  for (const std::string& step : plan.revealed_steps) {
+    if (::mkdir(step.c_str(), 0755) != 0 && errno != EEXIST) {
+      return fail_revealed(errno, "mkdir in an empty view for a grant beneath it");
+    }
+  }
+  for (std::size_t i = 0; i < plan.revealed.size(); ++i) {
+    if (const int error = attach_clone(revealed[i], "", plan.revealed[i].c_str(), true, false); error != 0) {
+      return fail_revealed(error, "bind of a grant back into an empty view");
+    }
+  }
+  close_revealed();
+  for (const std::string& directory : plan.hidden_dirs) {
+    if (::mount(nullptr, directory.c_str(), nullptr,
+                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+      return fail(errno, "mount(MS_REMOUNT|MS_RDONLY) of an empty view");
     }
   }
   for (const std::string& file : plan.hidden_files) {
@@ -471,10 +525,18 @@ struct NamespaceProbe {
   return found == 5 ? key : std::string();
 }
 
+/// Whether a namespace step was refused by a limit rather than by the system's policy: the
+/// user's count of namespaces (ENOSPC; a command of the same user can use it up), nesting
+/// (EUSERS), memory or processes (ENOMEM, EAGAIN). Such a refusal passes, and another process
+/// may cause it on purpose.
+[[nodiscard]] constexpr bool namespace_limit_reached(int error) noexcept {
+  return error == ENOSPC || error == EUSERS || error == ENOMEM || error == EAGAIN;
+}
+
 /// `probe_namespace_layer(plan)`, remembered for this process as long as
-/// `namespace_probe_key()` stays the same. What the key cannot see (a sysctl, a security module's
-/// policy changed by the machine's owner later) makes a later call fail closed, naming the step,
-/// never run with less.
+/// `namespace_probe_key()` stays the same, unless a limit refused it (`namespace_limit_reached`). What the key cannot
+/// see (a sysctl, a security module's policy changed by the machine's owner later) makes a later call fail closed,
+/// naming the step, never run with less.
 [[nodiscard]] inline NamespaceProbe cached_namespace_probe(const NamespacePlan& plan) {
 #if defined(__linux__)
   static std::mutex guard;
@@ -485,7 +547,11 @@ struct NamespaceProbe {
   if (!key.empty() && key == cached_key) {
     return cached;
   }
-  cached = probe_namespace_layer(plan);
+  const NamespaceProbe probe = probe_namespace_layer(plan);
+  if (namespace_limit_reached(probe.error)) {
+    return probe; // it passes: never remembered, the next call asks again
+  }
+  cached = probe;
   cached_key = key;
   return cached;
 #else
@@ -554,6 +620,15 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     }
   };
   const NamespaceProbe probe = cached_namespace_probe(plan);
+  if (namespace_limit_reached(probe.error)) {
+    // Best-effort falls back only where the system refuses the layer: a command of the same
+    // user can exhaust its namespace count on purpose, and the next call would then run
+    // without the layer.
+    throw LandlockError(subject + ": " + probe.step + ": " + std::strerror(probe.error) +
+                        ": a limit (the user's namespace count, memory) refused the layer, and another process of "
+                        "the same user can reach it on purpose, so the call does not fall back to the base fence; "
+                        "nothing runs");
+  }
   if (probe.error != 0) {
     refuse(std::string(probe.step) + ": " + std::strerror(probe.error));
     return plan;
@@ -637,10 +712,14 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
   // view or hiding it would hide what the command works in.
   const std::filesystem::path cwd =
       options.session_cwd.empty() ? std::filesystem::path() : canonical_path(options.session_cwd);
+  // A directory holding the workspace or the session cwd stays in view (the command works
+  // there), and so does one that is itself a grant; one holding only other grants beneath it
+  // (the private temporary directory beneath the runtime directory, a host's extra grant) is
+  // hidden all the same, and those grants are bound back into the empty view at their own
+  // paths: nothing else in it is reached.
   const auto contains_work = [&](const std::filesystem::path& directory) {
     return is_within(policy.workspace_root, directory) || (!cwd.empty() && is_within(cwd, directory)) ||
-           std::any_of(plan.writable.begin(), plan.writable.end(),
-                       [&directory](const std::string& grant) { return is_within(grant, directory); });
+           std::find(plan.writable.begin(), plan.writable.end(), directory.native()) != plan.writable.end();
   };
   const auto hide = [&](const std::string& what, const std::filesystem::path& spelled) {
     std::error_code ignored;
@@ -659,7 +738,7 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     if (S_ISDIR(info.st_mode)) {
       if (contains_work(path)) {
         report.notes.push_back("not out of view: " + what + " " + json_string_literal(path.native()) +
-                               " holds the workspace, the session cwd or a grant");
+                               " holds the workspace or the session cwd, or is a grant");
         return;
       }
       // What was hidden beneath it is out of view with it (and would have no mount point left).
@@ -694,6 +773,30 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
   }
   for (const char* socket : {"/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock"}) {
     hide("the container socket", socket);
+  }
+  // The grants beneath what is hidden, and the directories their mount points need in the
+  // empty views (each once, parents first).
+  for (const std::string& grant : plan.writable) {
+    for (const std::string& directory : plan.hidden_dirs) {
+      if (grant == directory || !is_within(grant, directory)) {
+        continue;
+      }
+      if (plan.revealed.size() == max_revealed) {
+        throw LandlockError(subject + ": more than " + std::to_string(max_revealed) +
+                            " granted directories lie beneath the host's state it hides (" +
+                            json_string_literal(directory) + "); refusing to run with them in view");
+      }
+      plan.revealed.push_back(grant);
+      const std::filesystem::path relative = std::filesystem::path(grant).lexically_relative(directory);
+      std::filesystem::path step(directory);
+      for (const std::filesystem::path& name : relative) {
+        step /= name;
+        if (std::find(plan.revealed_steps.begin(), plan.revealed_steps.end(), step.native()) ==
+            plan.revealed_steps.end()) {
+          plan.revealed_steps.push_back(step.native());
+        }
+      }
+    }
   }
 
   for (const std::string_view name : names) {

@@ -232,10 +232,10 @@ inline void emit_check(FilterAssembler& code, const SyscallRuleRow& row, std::st
     when_argument_has(code, arguments->mode, setid_bits, refuse, allow);
     break;
   }
-  case RuleCheck::drops_terminal: // ioctl(fd, request, argument)
+  case RuleCheck::terminal_requests: // ioctl(fd, request, argument)
     // the low word on every ABI: the kernel takes the request as an unsigned int, so a request
-    // with its upper half set is TIOCNOTTY all the same
-    when_argument_is(code, 1, {tiocnotty}, refuse, allow, false);
+    // with its upper half set is TIOCNOTTY (or TIOCSTI) all the same
+    when_argument_is(code, 1, {tiocnotty, tiocsti}, refuse, allow, false);
     break;
   default:
     throw Error("the system-call filter: no check emits code for row \"" + std::string(row.rule.calls) + "\"");

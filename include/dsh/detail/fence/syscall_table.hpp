@@ -42,7 +42,7 @@ enum class RuleCheck : unsigned char {
   own_pid,              ///< unless argument 0 (pid) is 0
   own_io_priority,      ///< unless argument 0 is IOPRIO_WHO_PROCESS or IOPRIO_WHO_PGRP and argument 1 is 0
   setid_mode,           ///< when the call sets or creates a mode with S_ISUID or S_ISGID (`mode_arguments`)
-  drops_terminal,       ///< when argument 1 (an ioctl request, its low 32 bits) is TIOCNOTTY
+  terminal_requests,    ///< when argument 1 (an ioctl request, its low 32 bits) is TIOCNOTTY or TIOCSTI
   allowed,              ///< never: the calls named are left to the kernel's own checks
   everything_else,      ///< never: every call no other row names
 };
@@ -147,12 +147,14 @@ inline constexpr std::array syscall_rule_rows{
                    true},
     SyscallRuleRow{{"ioctl",
                     "terminal, and the request (in its low 32 bits, the unsigned int the kernel reads) is "
-                    "TIOCNOTTY",
+                    "TIOCNOTTY or TIOCSTI",
                     "EPERM",
                     "the command leads its session, so TIOCNOTTY on its own terminal leaves the session without "
-                    "one, ready to acquire another as above; every other request is left to Landlock (ioctl_dev) "
-                    "and the kernel"},
-                   RuleCheck::drops_terminal,
+                    "one, ready to acquire another as above; TIOCSTI, which the kernel allows on the caller's "
+                    "controlling terminal where dev.tty.legacy_tiocsti is 1, would queue input that the "
+                    "terminal's next reader (the host's next call on it) runs under its own policy; every other "
+                    "request is left to Landlock (ioctl_dev) and the kernel"},
+                   RuleCheck::terminal_requests,
                    false,
                    true},
     SyscallRuleRow{{"clone, clone3", "never", "none",
@@ -297,10 +299,11 @@ inline constexpr std::uint32_t open_creates = 0100U | 020000000U; // O_CREAT | _
 inline constexpr std::uint32_t setid_bits = 04000U | 02000U;      // S_ISUID | S_ISGID
 inline constexpr std::uint32_t x32_syscall_bit = 0x40000000U;     // __X32_SYSCALL_BIT
 inline constexpr std::uint32_t tiocnotty = 0x5422U;               // TIOCNOTTY
+inline constexpr std::uint32_t tiocsti = 0x5412U;                 // TIOCSTI
 #if defined(__linux__)                                            // the native headers agree
 static_assert(PRIO_PROCESS == prio_process && PRIO_PGRP == prio_pgrp);
 static_assert(O_CREAT == 0100 && (S_ISUID | S_ISGID) == setid_bits);
-static_assert(TIOCNOTTY == tiocnotty);
+static_assert(TIOCNOTTY == tiocnotty && TIOCSTI == tiocsti);
 #if defined(O_TMPFILE) // the kernel's O_TMPFILE is its __O_TMPFILE bit with O_DIRECTORY
 static_assert((O_TMPFILE & ~O_DIRECTORY) == 020000000);
 #endif

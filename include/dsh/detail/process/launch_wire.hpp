@@ -189,6 +189,8 @@ struct LaunchWire {
     out.text(layer.temporary);
     out.texts(layer.temporary_targets);
     out.texts(layer.hidden_dirs);
+    out.texts(layer.revealed);
+    out.texts(layer.revealed_steps);
     out.texts(layer.hidden_files);
     out.word(launch_magic);
 
@@ -343,6 +345,8 @@ struct LaunchWire {
       layer.temporary = in.text();
       layer.temporary_targets = in.texts();
       layer.hidden_dirs = in.texts();
+      layer.revealed = in.texts();
+      layer.revealed_steps = in.texts();
       layer.hidden_files = in.texts();
       const bool ended = in.word() == launch_magic;
       if (!in.complete() || !ended || cwd < 0 || args.empty() || report.status > FenceStatus::unfenced) {
