@@ -274,6 +274,31 @@ std::string run_exec_in_child(const PreparedFence& fence, const std::vector<std:
   return std::to_string(status) + " " + read_file(out);
 }
 
+/// Runs `body(client, runtime)` as `host` (see run_as) with a user's runtime directory of its
+/// own: the socket client installed in `lab` (and the lab opened to nobody for an unprivileged
+/// host), then, in the forked host, `runtime` made (mode 0700, the host's) in a short directory
+/// outside every temporary area and named by XDG_RUNTIME_DIR; removed with what is in it after
+/// `body`. Returns what `body` returned.
+std::string with_runtime_directory(
+    Host host, const Lab& lab,
+    const std::function<std::string(const std::filesystem::path&, const std::filesystem::path&)>& body) {
+  const std::filesystem::path client = install_client(lab);
+  if (host != Host::root) {
+    open_lab_to_nobody(lab);
+  }
+  const ShortDirectory short_directory(host == Host::root ? 0 : dsh::test::nobody);
+  return run_as(host, [&]() -> std::string {
+    const std::filesystem::path runtime = short_directory.path() / "runtime";
+    if (::mkdir(runtime.c_str(), 0700) != 0) {
+      return "mkdir failed";
+    }
+    ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1); // this forked host's own environment
+    std::string text = body(client, runtime);
+    std::filesystem::remove_all(runtime);
+    return text;
+  });
+}
+
 } // namespace
 
 // =============================================================================================
@@ -501,23 +526,16 @@ TEST_CASE("namespace: a tmux server of the host's, under the host's /tmp, cannot
 TEST_CASE("namespace: listening sockets in the user's runtime directory and the host's /tmp are out of reach") {
   DSH_REQUIRE_LANDLOCK();
   over_hosts([&](const Host host, const Lab& lab) {
-    const std::filesystem::path client = install_client(lab);
-    if (host != Host::root) {
-      open_lab_to_nobody(lab);
-    }
-    const ShortDirectory short_directory(host == Host::root ? 0 : dsh::test::nobody);
-    const std::string seen = run_as(host, [&]() -> std::string {
-      const std::filesystem::path runtime = short_directory.path() / "runtime";
+    const std::string seen = with_runtime_directory(host, lab, [&](const auto& client, const auto& runtime) {
       const std::filesystem::path host_tmp = "/tmp/dsh-redteam-socket-" + std::to_string(::getpid());
-      if (::mkdir(runtime.c_str(), 0700) != 0 || ::mkdir(host_tmp.c_str(), 0700) != 0) {
-        return "mkdir failed";
+      if (::mkdir(host_tmp.c_str(), 0700) != 0) {
+        return std::string("mkdir failed");
       }
-      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1); // this forked host's own environment
       std::string text;
       for (const std::filesystem::path& socket : {runtime / "bus", host_tmp / "agent.sock"}) {
         Listener listener(socket);
         if (!listener.ok()) {
-          return "listen failed";
+          return std::string("listen failed");
         }
         for (const Isolation isolation : {Isolation::off, Isolation::best_effort}) {
           const PreparedFence fence = prepare(lab.policy(SandboxMode::read_only), session_options(lab), isolation);
@@ -526,7 +544,6 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
           text += "reached " + std::to_string(listener.reached()) + "\n"; // after the call
         }
       }
-      std::filesystem::remove_all(runtime);
       std::filesystem::remove_all(host_tmp);
       return text;
     });
@@ -544,20 +561,10 @@ TEST_CASE("namespace: listening sockets in the user's runtime directory and the 
 TEST_CASE("namespace: the runtime directory holding the private temporary directory is out of view all the same") {
   DSH_REQUIRE_LANDLOCK();
   over_hosts([&](const Host host, const Lab& lab) {
-    const std::filesystem::path client = install_client(lab);
-    if (host != Host::root) {
-      open_lab_to_nobody(lab);
-    }
-    const ShortDirectory short_directory(host == Host::root ? 0 : dsh::test::nobody);
-    const std::string seen = run_as(host, [&]() -> std::string {
-      const std::filesystem::path runtime = short_directory.path() / "runtime";
-      if (::mkdir(runtime.c_str(), 0700) != 0) {
-        return "mkdir failed";
-      }
-      ::setenv("XDG_RUNTIME_DIR", runtime.c_str(), 1); // this forked host's own environment
+    const std::string seen = with_runtime_directory(host, lab, [&](const auto& client, const auto& runtime) {
       Listener listener(runtime / "bus");
       if (!listener.ok()) {
-        return "listen failed";
+        return std::string("listen failed");
       }
       std::string text;
       for (const bool grant_under_tmp : {false, true}) {
@@ -586,7 +593,6 @@ TEST_CASE("namespace: the runtime directory holding the private temporary direct
         text += read_file(private_directory / "made-by-command") + "\n";
         std::filesystem::remove(private_directory / "made-by-command");
       }
-      std::filesystem::remove_all(runtime);
       return text;
     });
     // The command's environment keeps XDG_RUNTIME_DIR: in the view it names an empty directory

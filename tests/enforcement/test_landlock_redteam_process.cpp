@@ -178,6 +178,43 @@ FencedCommand hostile_command(const std::string& action, const std::string& arg 
 /// `std::to_string` of an errno constant, as the hostile side prints it.
 std::string n(int value) { return std::to_string(value); }
 
+/// Puts the terminal whose child side is `slave` in raw mode, so that a key typed into it is
+/// readable at once and not echoed.
+void make_raw(int slave) {
+  termios raw{};
+  REQUIRE(::tcgetattr(slave, &raw) == 0);
+  ::cfmakeraw(&raw);
+  REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
+}
+
+/// The input queued on the terminal `slave` (what its next reader receives), read without waiting.
+std::string queued_input(int slave) {
+  std::string text;
+  pollfd ready{slave, POLLIN, 0};
+  while (::poll(&ready, 1, 0) > 0) {
+    std::array<char, 64> buffer{};
+    const ::ssize_t got = ::read(slave, buffer.data(), buffer.size());
+    if (got <= 0) {
+      break;
+    }
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  return text;
+}
+
+/// The control of the TIOCSTI attempts: an unfenced child whose controlling terminal `slave`
+/// becomes types "C" into it. Returns 0, the errno of TIOCSTI (EIO where the kernel has it
+/// disabled, dev.tty.legacy_tiocsti = 0), or 200 when the terminal could not be taken.
+int type_on_own_terminal(int slave) {
+  return dsh::test::unfenced([slave] {
+    const char key = 'C';
+    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
+      return 200;
+    }
+    return errno_of(::ioctl(slave, TIOCSTI, &key));
+  });
+}
+
 /// What a call printed and how it ended.
 using Call = dsh::test::Shell;
 
@@ -249,34 +286,12 @@ TEST_CASE("redteam: TIOCSTI cannot type into a terminal the command was handed")
   const Lab lab;
   const Pty pty(24, 80);
   const int slave = pty.slave();
-  termios raw{};
-  REQUIRE(::tcgetattr(slave, &raw) == 0);
-  ::cfmakeraw(&raw); // an injected key is readable at once, and not echoed
-  REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
+  make_raw(slave);
   const std::string& tty_path = pty.name();
   // What the user's shell (the reader of the terminal) would receive.
-  const auto injected = [&] {
-    std::string text;
-    pollfd ready{slave, POLLIN, 0};
-    while (::poll(&ready, 1, 0) > 0) {
-      std::array<char, 64> buffer{};
-      const ::ssize_t got = ::read(slave, buffer.data(), buffer.size());
-      if (got <= 0) {
-        break;
-      }
-      text.append(buffer.data(), static_cast<std::size_t>(got));
-    }
-    return text;
-  };
+  const auto injected = [slave] { return queued_input(slave); };
 
-  // Control: a process whose controlling terminal it is can inject (legacy TIOCSTI enabled).
-  const int control = dsh::test::unfenced([&] {
-    const char key = 'C';
-    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
-      return 200;
-    }
-    return errno_of(::ioctl(slave, TIOCSTI, &key));
-  });
+  const int control = type_on_own_terminal(slave);
   if (control == EIO) {
     DSH_TEST_SKIP("this kernel has TIOCSTI disabled (dev.tty.legacy_tiocsti = 0): nothing to attack");
   }
@@ -328,30 +343,9 @@ TEST_CASE("redteam: the terminal family cannot type into its own terminal for th
   const Lab lab;
   const Pty pty(24, 80);
   const int slave = pty.slave();
-  termios raw{};
-  REQUIRE(::tcgetattr(slave, &raw) == 0);
-  ::cfmakeraw(&raw); // an injected key is readable at once, and not echoed
-  REQUIRE(::tcsetattr(slave, TCSANOW, &raw) == 0);
-  const auto queued = [&] { // what the terminal's next reader would receive
-    std::string text;
-    pollfd ready{slave, POLLIN, 0};
-    while (::poll(&ready, 1, 0) > 0) {
-      std::array<char, 64> buffer{};
-      const ::ssize_t got = ::read(slave, buffer.data(), buffer.size());
-      if (got <= 0) {
-        break;
-      }
-      text.append(buffer.data(), static_cast<std::size_t>(got));
-    }
-    return text;
-  };
-  const int control = dsh::test::unfenced([&] {
-    const char key = 'C';
-    if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
-      return 200;
-    }
-    return errno_of(::ioctl(slave, TIOCSTI, &key));
-  });
+  make_raw(slave);
+  const auto queued = [slave] { return queued_input(slave); }; // what the terminal's next reader gets
+  const int control = type_on_own_terminal(slave);
   if (control == EIO) {
     DSH_TEST_SKIP("this kernel has TIOCSTI disabled (dev.tty.legacy_tiocsti = 0): nothing to attack");
   }

@@ -181,6 +181,16 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
   return {};
 }
 
+/// Closes each descriptor of `held` that is open (>= 0) and marks it closed. Async-signal-safe.
+template <std::size_t N> inline void close_held(std::array<int, N>& held) noexcept {
+  for (int& fd : held) {
+    if (fd >= 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+}
+
 /// Mounts a clone of the tree at `source` (a path, or with `source_fd` >= 0 that O_PATH
 /// descriptor) onto `target` without following a link there; the clone's own mount is made
 /// read-only with `readonly` (with `attributes`, recursively) or writable otherwise (its
@@ -257,14 +267,7 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
   // The host's devices, held before the fresh /dev covers them.
   std::array<int, layer_devices.size()> devices{};
   devices.fill(-1);
-  const auto close_devices = [&devices]() noexcept {
-    for (int& fd : devices) {
-      if (fd >= 0) {
-        ::close(fd);
-        fd = -1;
-      }
-    }
-  };
+  const auto close_devices = [&devices]() noexcept { close_held(devices); };
   for (std::size_t i = 0; i < devices.size(); ++i) {
     devices[i] = ::open(layer_devices[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (devices[i] < 0) {
@@ -357,14 +360,7 @@ inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/z
   // them), then read-only.
   std::array<int, max_revealed> revealed{};
   revealed.fill(-1);
-  const auto close_revealed = [&revealed]() noexcept {
-    for (int& fd : revealed) {
-      if (fd >= 0) {
-        ::close(fd);
-        fd = -1;
-      }
-    }
-  };
+  const auto close_revealed = [&revealed]() noexcept { close_held(revealed); };
   if (plan.revealed.size() > revealed.size()) {
     return fail(E2BIG, "more grants beneath hidden directories than the layer binds back");
   }
