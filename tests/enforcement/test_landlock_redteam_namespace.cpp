@@ -789,6 +789,51 @@ TEST_CASE("namespace: a namespace limit reached makes best-effort run nothing ra
   }
 }
 
+// The refusal by a limit is not remembered: the same host, once the limit is gone, has the
+// layer again at its next call (a remembered refusal would refuse every later call).
+TEST_CASE("namespace: a namespace limit is asked again at the next call, and once lifted the layer applies") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Lab lab;
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+    }
+    const std::string seen = as_host(unprivileged, [&]() -> std::string {
+      std::string text;
+      // A child host: the filter cannot be taken back.
+      const int code = dsh::test::unfenced([&] {
+        dsh::test::NamespaceLimit limit(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS);
+        if (limit.error() != 0) {
+          return 10;
+        }
+        const auto attempt = [&]() -> int {
+          try {
+            const PreparedFence fence =
+                prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
+            if (!fence.report().layers.front().applied) {
+              return 2; // fell back to the base fence
+            }
+            return shell(fence, "touch layered", lab.workspace()).status == 0 ? 0 : 3;
+          } catch (const LandlockError& error) {
+            return std::string(error.what()).find("No space left on device") != std::string::npos ? 1 : 4;
+          }
+        };
+        const int reached = attempt();
+        const int again = attempt(); // asked again, not remembered: refused again
+        limit.reach(false);
+        const int lifted = attempt();
+        (void)PreparedFence::remove_temporary_directory(session_options(lab));
+        return reached * 100 + again * 10 + lifted;
+      });
+      text += std::to_string(code);
+      return text;
+    });
+    CHECK(seen == "110"); // refused, refused, then layered and run
+    CHECK(exists_nofollow(lab.workspace() / "layered"));
+  }
+}
+
 TEST_CASE("namespace: with user namespaces refused, best-effort keeps the base fence and required runs nothing") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
