@@ -163,8 +163,10 @@ namespace dsh {
       refusal = detail::protected_refusal(protection, policy.workspace_root, *opened);
     }
     if (const detail::ProtectedEntry* entry = refusal ? nullptr : detail::linked_entry(protection, file.get())) {
-      refusal = "refusing to write a hard link to the protected path " + json_string_literal(entry->path.native()) +
-                " (rule " + json_string_literal(entry->rule) + ")";
+      refusal = std::string(entry->kind == detail::ProtectedKind::directory
+                                ? "refusing to write a hard link to a file in the protected directory "
+                                : "refusing to write a hard link to the protected path ") +
+                json_string_literal(entry->path.native()) + " (rule " + json_string_literal(entry->rule) + ")";
     }
     if (refusal) {
       detail::throw_open_error(EACCES, subject + ": " + *refusal);

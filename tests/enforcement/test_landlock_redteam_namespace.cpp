@@ -387,24 +387,100 @@ TEST_CASE("namespace: a fresh git init in the workspace cannot be filled with a 
 printf '#!/bin/sh\ntouch "%s"\n' "$OUT" > .git/hooks/pre-commit 2>/dev/null && chmod +x .git/hooks/pre-commit
 git config core.fsmonitor "touch $OUT" 2>/dev/null
 echo ran)";
+    // The second call finds the first call's empty placeholder .git, and tries to make a
+    // repository in it by hand (git init would refuse the read-only .git).
+    const std::string second =
+        R"(mkdir .git/objects .git/refs 2>/dev/null; echo 'ref: refs/heads/main' > .git/HEAD 2>/dev/null
+printf '[core]\n\tfsmonitor = touch %s\n' "$OUT" > .git/config 2>/dev/null
+echo ran again)";
     const std::string seen = run_as(host, [&]() -> std::string {
-      const PreparedFence fence =
-          prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
-      std::string text = run_fenced(fence, shell_argv(script, variables), lab.workspace());
+      std::string text;
+      for (const std::string& call : {script, second}) {
+        const PreparedFence fence =
+            prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::best_effort);
+        text += run_fenced(fence, shell_argv(call, variables), lab.workspace());
+      }
       (void)PreparedFence::remove_temporary_directory(session_options(lab));
       return text;
     });
-    CHECK(seen == "0 ran\n");
+    CHECK(seen == "0 ran\n0 ran again\n");
     const bool hook = exists_nofollow(lab.workspace() / ".git" / "hooks" / "pre-commit");
     const bool configured = read_file(lab.workspace() / ".git" / "config").find("fsmonitor") != std::string::npos;
     if (layered(host)) {
       CHECK_FALSE(hook);
       CHECK_FALSE(configured);
+      std::vector<std::string> made; // the placeholder stays empty across both calls
+      for (const auto& entry : std::filesystem::directory_iterator(lab.workspace() / ".git")) {
+        made.push_back(entry.path().filename().native());
+      }
+      CHECK(made.empty());
       (void)host_uses_git(lab, marker); // whatever the user's git finds there, it runs nothing planted
       CHECK_FALSE(exists_nofollow(marker));
     } else {
       CHECK(hook); // the documented limit of the base fence
       CHECK(configured);
+    }
+  });
+}
+
+/// Plants that go around a protected entry rather than at it: the directory holding a linked
+/// worktree's `.git` pointer renamed and made again with a pointer to a planted git directory;
+/// the worktree's `gitdir` back-pointer (through which the scan finds that pointer) rewritten or
+/// removed; the file a hook's symbolic link names written, or its directory renamed and made
+/// again. One line each: the attempt and "planted" or "refused".
+const std::string around_plant_script = R"(
+attempt() { if "${@:2}" >/dev/null 2>&1; then echo "$1 planted"; else echo "$1 refused"; fi; }
+git init -q evil >/dev/null 2>&1 && git -C evil config core.fsmonitor "touch $OUT"
+attempt worktree-rename sh -c 'mv wt wt.moved && mkdir wt && printf "gitdir: ../evil/.git\n" > wt/.git'
+attempt worktree-gitdir sh -c 'echo /nowhere/.git > .git/worktrees/wt/gitdir'
+attempt worktree-gitdir-rm rm .git/worktrees/wt/gitdir
+attempt hook-link-target sh -c 'printf "touch $OUT\n" >> scripts/commit-msg'
+attempt hook-link-dir sh -c 'mv scripts scripts.moved && mkdir scripts && printf "#!/bin/sh\ntouch $OUT\n" > scripts/commit-msg && chmod +x scripts/commit-msg'
+)";
+
+TEST_CASE("namespace: a worktree's directory, its gitdir file and a hook's linked file cannot be replaced either") {
+  DSH_REQUIRE_LANDLOCK();
+  over_hosts([&](const Host host, const Lab& lab) {
+    const std::filesystem::path marker = lab.outside() / "planted";
+    make_repository(lab, marker);
+    REQUIRE(control_shell("git worktree add -q wt && mkdir scripts && printf '#!/bin/sh\\nexit 0\\n' > "
+                          "scripts/commit-msg && chmod +x scripts/commit-msg && "
+                          "ln -s ../../scripts/commit-msg .git/hooks/commit-msg",
+                          lab.workspace(), git_variables(lab, marker)) == 0);
+    if (host != Host::root) {
+      open_lab_to_nobody(lab);
+      hand_workspace_to_nobody(lab);
+    }
+    const std::string pointer = read_file(lab.workspace() / "wt/.git");
+    const std::string gitdir = read_file(lab.workspace() / ".git/worktrees/wt/gitdir");
+    const std::string hook = read_file(lab.workspace() / "scripts/commit-msg");
+    const std::vector<std::string> variables = git_variables(lab, marker);
+    const std::string seen = run_as(host, [&]() -> std::string {
+      const dsh::ResolvedPolicy policy = lab.policy(SandboxMode::workspace_write);
+      std::string text;
+      for (const char* entry : {".git/worktrees/wt/gitdir", "scripts/commit-msg", "wt"}) {
+        text += std::string("permits_write ") + entry + " " +
+                (policy.permits_write(lab.workspace() / entry) ? "yes" : "no") + "\n";
+      }
+      const PreparedFence fence = prepare(policy, session_options(lab), Isolation::best_effort);
+      text += run_fenced(fence, shell_argv(around_plant_script, variables), lab.workspace());
+      (void)PreparedFence::remove_temporary_directory(session_options(lab));
+      return text;
+    });
+    const std::string permits = "permits_write .git/worktrees/wt/gitdir no\npermits_write scripts/commit-msg no\n"
+                                "permits_write wt no\n";
+    if (layered(host)) {
+      CHECK(seen == permits + "0 worktree-rename refused\nworktree-gitdir refused\nworktree-gitdir-rm refused\n"
+                              "hook-link-target refused\nhook-link-dir refused\n");
+      CHECK(read_file(lab.workspace() / "wt/.git") == pointer);
+      CHECK(read_file(lab.workspace() / ".git/worktrees/wt/gitdir") == gitdir);
+      CHECK(read_file(lab.workspace() / "scripts/commit-msg") == hook);
+      // The user's git in the worktree and a commit in the repository run nothing planted.
+      (void)control_shell("git -C wt status; git commit -q --allow-empty -m after", lab.workspace(), variables);
+      CHECK_FALSE(exists_nofollow(marker));
+    } else {
+      // The documented limit: without the layer bash renames and writes as Landlock grants it.
+      CHECK(seen.find("0 worktree-rename planted\n") != std::string::npos);
     }
   });
 }

@@ -336,6 +336,106 @@ TEST_CASE("open_for_write refuses a hard link to a protected file beneath the ro
   CHECK(read_text(root / ".git/config") == before);
 }
 
+TEST_CASE("open_for_write refuses a hard link to a file in a protected directory, and a hook's symbolic link names "
+          "a protected file") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  git(root, {"init", "-q"});
+  fs::create_directory(root / "scripts");
+  write_text(root / "scripts/pre-commit", "#!/bin/sh\nexit 0\n");
+  fs::create_hard_link(root / "scripts/pre-commit", root / ".git/hooks/pre-commit");
+  write_text(root / "scripts/commit-msg", "#!/bin/sh\nexit 0\n");
+  fs::create_symlink("../../scripts/commit-msg", root / ".git/hooks/commit-msg");
+  fs::create_symlink("../../scripts/post-merge", root / ".git/hooks/post-merge"); // dangling: not made yet
+  fs::create_symlink("../../notes.txt", root / ".git/hooks/notes");               // outside any directory
+  fs::create_symlink("../..", root / ".git/hooks/up");                            // names no hook: not listed
+  const dsh::ResolvedPolicy policy = policy_for(root);
+  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy);
+  INFO(describe(entries));
+  const std::vector<ProtectedEntry> expected{
+      entry(root / ".git", ProtectedKind::pinned_directory, ".git"),
+      entry(root / ".git/hooks", ProtectedKind::directory, ".git/hooks"),
+      entry(root / "scripts", ProtectedKind::pinned_directory, ".git/hooks"),
+      entry(root / "scripts/commit-msg", ProtectedKind::file, ".git/hooks"),
+      entry(root / "notes.txt", ProtectedKind::missing_file, ".git/hooks"),
+      entry(root / "scripts/post-merge", ProtectedKind::missing_file, ".git/hooks"),
+      entry(root / ".git/config", ProtectedKind::file, ".git/config"),
+      entry(root / ".git/config.worktree", ProtectedKind::missing_file, ".git/config.worktree"),
+      entry(root / ".git/commondir", ProtectedKind::missing_file, ".git/commondir", ".\n"),
+      root_head(root),
+      entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")};
+  CHECK(entries == expected);
+  for (const char* path : {"scripts/commit-msg", "scripts/post-merge", "notes.txt", "scripts"}) {
+    INFO(path);
+    CHECK_FALSE(policy.permits_write(path));
+  }
+  CHECK(policy.permits_write("scripts/other.sh"));
+  // The hard link: its name in scripts/ is no protected path, but the file is the hook.
+  CHECK(policy.permits_write("scripts/pre-commit"));
+  const std::string before = read_text(root / "scripts/pre-commit");
+  CHECK(open_result(policy, "scripts/pre-commit", O_WRONLY | O_TRUNC) ==
+        "errno " + std::to_string(EACCES) +
+            ": open_for_write(\"scripts/pre-commit\"): refusing to write a hard link to a file in the protected "
+            "directory " +
+            dsh::json_string_literal((root / ".git/hooks").native()) +
+            " (rule \".git/hooks\"): " + std::strerror(EACCES));
+  CHECK(read_text(root / "scripts/pre-commit") == before);
+  CHECK(open_result(policy, "scripts/other.sh") == "opened");
+}
+
+TEST_CASE("a .git directory git would not accept (an earlier call's placeholder) is read-only whole") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  fs::create_directory(root / ".git");
+  const std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::directory, ".git/hooks"),
+                                             root_head(root),
+                                             entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")};
+  const dsh::ResolvedPolicy policy = policy_for(root);
+  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy);
+  INFO(describe(entries));
+  CHECK(entries == expected);
+  for (const char* path : {".git/HEAD", ".git/objects/x", ".git/refs/heads/main", ".git/index"}) {
+    INFO(path);
+    CHECK_FALSE(policy.permits_write(path));
+  }
+  // Once git made it a repository (outside the fence), it is a git directory again.
+  git(root, {"init", "-q"});
+  CHECK(dsh::protected_paths(policy).front() == entry(root / ".git", ProtectedKind::pinned_directory, ".git"));
+  CHECK(policy.permits_write(".git/index"));
+}
+
+TEST_CASE("every directory on the way to a protected path beneath the root is pinned") {
+  const Scratch scratch;
+  const fs::path root = scratch.base / "ws";
+  fs::create_directories(root / "meta");
+  git(scratch.base, {"init", "-q", "--separate-git-dir", (root / "meta/repo").native(), root.native()});
+  fs::create_directories(root / "config/githooks");
+  write_text(root / "config/githooks/pre-commit", "#!/bin/sh\nexit 0\n");
+  fs::create_directories(root / "deep/er");
+  dsh::ProtectedPathRules rules;
+  rules.extra = {"config/githooks/", "deep/er/still/missing.sh"};
+  const dsh::ResolvedPolicy policy = policy_for(root, SandboxMode::workspace_write, rules);
+  const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy);
+  INFO(describe(entries));
+  const fs::path repo = root / "meta/repo";
+  std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::file, ".git"),
+                                       entry(root / "meta", ProtectedKind::pinned_directory, ".git")};
+  append_fresh_git_directory(expected, repo);
+  expected.push_back(root_head(root));
+  expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
+  expected.push_back(entry(root / "config", ProtectedKind::pinned_directory, "config/githooks/"));
+  expected.push_back(entry(root / "config/githooks", ProtectedKind::directory, "config/githooks/"));
+  expected.push_back(entry(root / "deep", ProtectedKind::pinned_directory, "deep/er/still/missing.sh"));
+  expected.push_back(entry(root / "deep/er", ProtectedKind::pinned_directory, "deep/er/still/missing.sh"));
+  expected.push_back(entry(root / "deep/er/still", ProtectedKind::missing_directory, "deep/er/still/missing.sh"));
+  CHECK(entries == expected);
+  // A pin refuses only the directory's own name, never what it holds.
+  CHECK_FALSE(policy.permits_write("meta"));
+  CHECK_FALSE(policy.permits_write("config"));
+  CHECK(policy.permits_write("config/other.txt"));
+  CHECK(policy.permits_write("deep/er/file.txt"));
+}
+
 TEST_CASE("a linked worktree: its pointer file; beneath the main repository's root, its git directory") {
   const Scratch scratch;
   const fs::path main = scratch.base / "main";
@@ -364,7 +464,11 @@ TEST_CASE("a linked worktree: its pointer file; beneath the main repository's ro
       expected.push_back(entry(dir / "config", ProtectedKind::missing_file, ".git/config"));
       expected.push_back(entry(dir / "config.worktree", ProtectedKind::missing_file, ".git/config.worktree"));
       expected.push_back(entry(dir / "commondir", ProtectedKind::file, ".git/commondir"));
+      // The scan finds the worktree's pointer through this file, so it is protected too.
+      expected.push_back(entry(dir / "gitdir", ProtectedKind::file, ".git"));
       if (std::string_view(name) == "inner") {
+        // The worktree's directory is pinned: renamed, it would carry the pointer's bind away.
+        expected.push_back(entry(main / "inner", ProtectedKind::pinned_directory, ".git"));
         expected.push_back(entry(main / "inner/.git", ProtectedKind::file, ".git"));
       }
     }
@@ -374,7 +478,7 @@ TEST_CASE("a linked worktree: its pointer file; beneath the main repository's ro
     const dsh::ResolvedPolicy policy = policy_for(main);
     for (const char* path :
          {".git/worktrees/wt/config", ".git/worktrees/wt/hooks/post-checkout", ".git/worktrees/wt/config.worktree",
-          ".git/worktrees/wt/commondir", ".git/worktrees", "inner/.git"}) {
+          ".git/worktrees/wt/commondir", ".git/worktrees", "inner/.git", ".git/worktrees/inner/gitdir", "inner"}) {
       INFO(path);
       CHECK_FALSE(policy.permits_write(path));
     }

@@ -183,18 +183,51 @@ private:
     return text;
   }
 
+  /// Lists `path` as `kind` for `rule`, after pinning the directories on the way to it. A
+  /// directory pinned earlier that the rule protects whole becomes read-only instead.
   void add(const std::filesystem::path& path, ProtectedKind kind, std::string_view rule,
            std::string_view placeholder = {}) {
-    const bool listed = std::any_of(scan_.entries.begin(), scan_.entries.end(),
-                                    [&](const ProtectedEntry& e) { return e.path == path; });
-    if (!listed && scan_.entries.size() >= MAX_ENTRIES) {
+    pin_parents(path, rule);
+    list(path, kind, rule, placeholder);
+  }
+
+  void list(const std::filesystem::path& path, ProtectedKind kind, std::string_view rule,
+            std::string_view placeholder = {}) {
+    const auto listed = std::find_if(scan_.entries.begin(), scan_.entries.end(),
+                                     [&](const ProtectedEntry& e) { return e.path == path; });
+    if (listed != scan_.entries.end()) {
+      if (listed->kind == ProtectedKind::pinned_directory && kind != ProtectedKind::pinned_directory) {
+        listed->kind = kind;
+        listed->rule = rule;
+      }
+      return;
+    }
+    if (scan_.entries.size() >= MAX_ENTRIES) {
       // A command can make directories in modules/ and worktrees/: past this the list fails
       // closed rather than grow the scan (and the namespace layer's mounts) without bound.
       fail(subject(path), "at most 4096 protected entries beneath a root", "more");
       return;
     }
-    if (!listed) {
-      scan_.entries.push_back(ProtectedEntry{path, kind, std::string(rule), std::string(placeholder)});
+    scan_.entries.push_back(ProtectedEntry{path, kind, std::string(rule), std::string(placeholder)});
+  }
+
+  /// Pins every directory strictly between the root and `path`. The layer's read-only bind of
+  /// an entry moves with its parent when the parent is renamed, and the entry's name is then
+  /// free to be made again (a worktree's directory holding its `.git` pointer, the directory
+  /// holding a git directory, the parents of a host's path): a directory bound onto itself
+  /// cannot be renamed or removed (EBUSY). Each was reached by `reach`: a directory, no link.
+  void pin_parents(const std::filesystem::path& path, std::string_view rule) {
+    if (!is_within(path, root_)) {
+      return;
+    }
+    const std::string& text = path.native();
+    std::size_t end = root_.native() == "/" ? 0 : root_.native().size();
+    for (;;) {
+      end = text.find('/', end + 1);
+      if (end == std::string::npos || !scan_.problem.empty()) {
+        return;
+      }
+      list(std::filesystem::path(text.substr(0, end)), ProtectedKind::pinned_directory, rule);
     }
   }
 
@@ -255,11 +288,55 @@ private:
     }
   }
 
-  /// Lists the entry `path` for `rule` as it is now (its first missing component when absent).
+  /// Lists the entry `path` for `rule` as it is now (its first missing component when absent);
+  /// for a directory, also the files its symbolic links name beneath the root.
   void protect(const std::filesystem::path& path, bool directory, std::string_view rule,
                std::string_view placeholder = {}) {
     if (const std::optional<struct stat> status = reach(path, directory, rule, placeholder)) {
       add(path, S_ISDIR(status->st_mode) ? ProtectedKind::directory : ProtectedKind::file, rule);
+      if (S_ISDIR(status->st_mode) && std::find(linked_.begin(), linked_.end(), path) == linked_.end()) {
+        linked_.push_back(path); // once: links between two protected directories do not loop
+        protect_link_targets(path, rule);
+      }
+    }
+  }
+
+  /// Protects what each symbolic link directly in the protected directory `dir` names beneath
+  /// the root: git runs a hook through its link (`hooks/commit-msg -> ../../scripts/commit-msg`
+  /// is a common install), so the file it names is the hook. A link naming a missing file gets
+  /// that file's placeholder, as a missing entry does.
+  void protect_link_targets(const std::filesystem::path& dir, std::string_view rule) {
+    DIR* stream = ::opendir(dir.c_str());
+    if (stream == nullptr) {
+      const int error = errno;
+      fail(subject(dir), "a directory opendir(3) can read", std::error_code(error, std::generic_category()).message(),
+           error);
+      return;
+    }
+    std::vector<std::string> links;
+    while (const dirent* entry = ::readdir(stream)) {
+      const std::string_view name(entry->d_name);
+      if (name == "." || name == "..") {
+        continue;
+      }
+      bool link = entry->d_type == DT_LNK;
+      if (entry->d_type == DT_UNKNOWN) {
+        const std::optional<struct stat> child = look(dir / name);
+        link = child && S_ISLNK(child->st_mode);
+      }
+      if (link) {
+        links.emplace_back(name);
+      }
+    }
+    ::closedir(stream);
+    std::sort(links.begin(), links.end());
+    for (const std::string& name : links) {
+      const std::filesystem::path target(canonical_native((dir / name).native()));
+      // A link into the directory itself is covered already; one to a directory holding it
+      // (`..`, the root) names no hook git could run, and would make the whole root read-only.
+      if (is_within(target, root_) && !is_within(target, dir) && !is_within(dir, target) && scan_.problem.empty()) {
+        protect(target, false, rule);
+      }
     }
   }
 
@@ -515,9 +592,15 @@ private:
       scan_git_directory(child, depth + 1);
       // Its `gitdir` file names the worktree's `.git` pointer file; one beneath this root
       // could be pointed at a planted git directory. A stale one (no such file) names nothing.
+      // The file is itself protected: this scan finds the pointer through it, and a command
+      // that removed or repointed it would have the pointer unprotected at the next call.
       const std::filesystem::path gitdir = child / "gitdir";
       if (!scan_.problem.empty() || !look(gitdir)) {
         continue;
+      }
+      protect(gitdir, false, PROTECTED_GIT_RULE);
+      if (!scan_.problem.empty()) {
+        return;
       }
       const std::optional<std::string> text = read_line_file(gitdir, "a gitdir file naming a worktree's .git file");
       if (!text) {
@@ -569,6 +652,18 @@ private:
       return;
     }
     if (S_ISDIR(status->st_mode)) {
+      // A directory git would not accept (the empty placeholder an earlier call left, one
+      // whose HEAD was removed) is read-only whole: pinned with its entries, as a git directory
+      // is, a command could make a repository in it (HEAD, objects, refs, an index naming a
+      // planted submodule) that the user's next git runs.
+      const std::optional<std::filesystem::path> common = common_directory(dot_git);
+      if (!common) {
+        return;
+      }
+      if (!not_git_directory(dot_git, *common).empty()) {
+        add(dot_git, ProtectedKind::directory, first_git_rule());
+        return;
+      }
       scan_git_directory(dot_git, 0);
       return;
     }
@@ -617,6 +712,7 @@ private:
   std::unordered_map<std::string, struct stat> looked_;
   std::vector<std::filesystem::path> visited_;
   std::vector<std::filesystem::path> walked_;
+  std::vector<std::filesystem::path> linked_;
 };
 
 /// The protected entries beneath the canonical writable `root` under `rules`: the list of
@@ -679,17 +775,39 @@ template <class Unused = void>
   return protected_refusal(protected_entries<Unused>(root, rules), root, target);
 }
 
-/// The protected file entry of `scan` that is the same file as the open `fd` (a hard link to
-/// it elsewhere beneath the root), or nullptr.
+/// The protected entry of `scan` that holds the same file as the open `fd` under another name
+/// (a hard link elsewhere beneath the root): a protected file, or a file directly in a
+/// protected directory (a hook installed with `ln`); nullptr when none does.
 [[nodiscard]] inline const ProtectedEntry* linked_entry(const ProtectedScan& scan, int fd) noexcept {
   struct stat opened {};
   if (::fstat(fd, &opened) != 0 || opened.st_nlink < 2) {
     return nullptr;
   }
+  const auto same = [&opened](const struct stat& status) {
+    return S_ISREG(status.st_mode) && status.st_dev == opened.st_dev && status.st_ino == opened.st_ino;
+  };
   for (const ProtectedEntry& entry : scan.entries) {
     struct stat status {};
-    if (entry.kind == ProtectedKind::file && ::lstat(entry.path.c_str(), &status) == 0 &&
-        status.st_dev == opened.st_dev && status.st_ino == opened.st_ino) {
+    if (entry.kind == ProtectedKind::file && ::lstat(entry.path.c_str(), &status) == 0 && same(status)) {
+      return &entry;
+    }
+    if (entry.kind != ProtectedKind::directory) {
+      continue;
+    }
+    DIR* stream = ::opendir(entry.path.c_str());
+    if (stream == nullptr) {
+      continue; // gone since the scan: nothing in it to be the same file
+    }
+    bool found = false;
+    while (const dirent* child = ::readdir(stream)) {
+      // No d_ino shortcut: on overlayfs a directory entry's inode number need not be st_ino.
+      if (::fstatat(::dirfd(stream), child->d_name, &status, AT_SYMLINK_NOFOLLOW) == 0 && same(status)) {
+        found = true;
+        break;
+      }
+    }
+    ::closedir(stream);
+    if (found) {
       return &entry;
     }
   }
