@@ -409,11 +409,16 @@ echo ran again)";
     if (layered(host)) {
       CHECK_FALSE(hook);
       CHECK_FALSE(configured);
-      std::vector<std::string> made; // the placeholder stays empty across both calls
+      // The placeholder holds, after the second call, only the placeholders of its own entries
+      // (which its scan as a git directory made): no HEAD, objects or refs, no repository.
+      std::vector<std::string> made;
       for (const auto& entry : std::filesystem::directory_iterator(lab.workspace() / ".git")) {
         made.push_back(entry.path().filename().native());
       }
-      CHECK(made.empty());
+      std::sort(made.begin(), made.end());
+      CHECK(made == std::vector<std::string>{"commondir", "config", "config.worktree", "hooks"});
+      CHECK(read_file(lab.workspace() / ".git" / "config").empty());
+      CHECK(std::filesystem::is_empty(lab.workspace() / ".git" / "hooks"));
       (void)host_uses_git(lab, marker); // whatever the user's git finds there, it runs nothing planted
       CHECK_FALSE(exists_nofollow(marker));
     } else {

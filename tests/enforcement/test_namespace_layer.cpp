@@ -587,3 +587,36 @@ TEST_CASE("the command's view matches report(): writable, visible and seen, with
     }
   }
 }
+
+TEST_CASE("a path opened one component at a time follows no link, so a placeholder is never made through one") {
+  const TempDir dir;
+  const std::filesystem::path base = dsh::canonical_path(dir.path());
+  std::filesystem::create_directories(base / "real/sub");
+  std::filesystem::create_directories(base / "outside/sub");
+  std::filesystem::create_directory_symlink(base / "outside", base / "linked");
+  std::filesystem::create_symlink(base / "outside", base / "real/last");
+  const auto opened = [](const std::filesystem::path& path, int flags) {
+    const dsh::UniqueFd fd{dsh::detail::open_without_links(path.c_str(), flags)};
+    struct stat info {};
+    if (!fd) {
+      return std::string("errno ") + std::to_string(errno);
+    }
+    return std::string(::fstat(fd.get(), &info) == 0 && S_ISLNK(info.st_mode) ? "the link" : "opened");
+  };
+  CHECK(opened(base / "real/sub", O_PATH | O_DIRECTORY) == "opened");
+  CHECK(opened("/", O_PATH | O_DIRECTORY) == "opened");
+  CHECK(opened(base / "linked/x", O_PATH) == "errno " + std::to_string(ENOTDIR)); // a link on the way
+  CHECK(opened(base / "real/last", O_PATH) == "the link");                        // the last: the caller refuses it
+  CHECK(opened(base / "real/last", O_RDONLY) == "errno " + std::to_string(ELOOP));
+  CHECK(opened("relative/path", O_PATH) == "errno " + std::to_string(EINVAL));
+  CHECK(opened(base / "real/../real/sub", O_PATH) == "errno " + std::to_string(EINVAL));
+  // The placeholder of an entry whose parent became a link after the scan (a concurrent call
+  // swapped it): refused, and nothing is made where the link points.
+  const dsh::detail::ProtectedEntry entry{base / "linked/sub/config", ProtectedKind::missing_file, ".git/config", ""};
+  CHECK_THROWS_AS(dsh::detail::make_placeholder("the fence", entry), LandlockError);
+  CHECK_FALSE(exists_nofollow(base / "outside/sub/config"));
+  const dsh::detail::ProtectedEntry fine{base / "real" / "sub" / "config", ProtectedKind::missing_file, ".git/config",
+                                         ""};
+  dsh::detail::make_placeholder("the fence", fine);
+  CHECK(std::filesystem::is_regular_file(base / "real/sub/config"));
+}

@@ -387,9 +387,13 @@ TEST_CASE("a .git directory git would not accept (an earlier call's placeholder)
   const Scratch scratch;
   const fs::path root = scratch.base;
   fs::create_directory(root / ".git");
-  const std::vector<ProtectedEntry> expected{entry(root / ".git", ProtectedKind::directory, ".git/hooks"),
-                                             root_head(root),
-                                             entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules")};
+  // Scanned as a git directory (its entries get placeholders), then read-only whole.
+  std::vector<ProtectedEntry> expected = fresh_git_directory(root / ".git");
+  expected[0] = entry(root / ".git", ProtectedKind::directory, ".git/hooks");
+  expected[1] = entry(root / ".git/hooks", ProtectedKind::missing_directory, ".git/hooks");
+  expected[2] = entry(root / ".git/config", ProtectedKind::missing_file, ".git/config");
+  expected.push_back(root_head(root));
+  expected.push_back(entry(root / ".gitmodules", ProtectedKind::missing_file, ".gitmodules"));
   const dsh::ResolvedPolicy policy = policy_for(root);
   const std::vector<ProtectedEntry> entries = dsh::protected_paths(policy);
   INFO(describe(entries));
@@ -402,6 +406,91 @@ TEST_CASE("a .git directory git would not accept (an earlier call's placeholder)
   git(root, {"init", "-q"});
   CHECK(dsh::protected_paths(policy).front() == entry(root / ".git", ProtectedKind::pinned_directory, ".git"));
   CHECK(policy.permits_write(".git/index"));
+}
+
+TEST_CASE("a .git made invalid still protects what lies outside it: the worktree pointer, a hook's linked file") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  init_with_empty_commit(root, "one");
+  git(root, {"worktree", "add", "-q", root / "wt"});
+  write_text(root / "tools.sh", "#!/bin/sh\nexit 0\n");
+  fs::create_symlink("../../tools.sh", root / ".git/hooks/pre-push");
+  const dsh::ResolvedPolicy policy = policy_for(root);
+  for (const char* how : {"HEAD removed", "HEAD a symbolic link git accepts", "HEAD an upper-case object id"}) {
+    CAPTURE(how);
+    const std::string head = read_text(root / ".git/HEAD");
+    fs::remove(root / ".git/HEAD");
+    if (std::string_view(how) == "HEAD a symbolic link git accepts") {
+      fs::create_symlink("refs/heads/nowhere", root / ".git/HEAD"); // core.preferSymlinkRefs, unborn
+    } else if (std::string_view(how) == "HEAD an upper-case object id") {
+      write_text(root / ".git/HEAD", std::string(40, 'A') + "\n");
+    }
+    const bool accepted = std::string_view(how) != "HEAD removed";
+    if (accepted) {
+      CHECK(dsh::protected_paths(policy).front() == entry(root / ".git", ProtectedKind::pinned_directory, ".git"));
+    } else {
+      // The worktree's commondir names it, and it is no git directory: nothing is written.
+      CHECK_THROWS_AS(dsh::protected_paths(policy), dsh::ProtectedPathError);
+    }
+    for (const char* path : {"wt/.git", "wt", ".git/worktrees/wt/gitdir", "tools.sh"}) {
+      INFO(path);
+      CHECK_FALSE(policy.permits_write(path));
+    }
+    CHECK(policy.permits_write(".git/index") == accepted);
+    fs::remove(root / ".git/HEAD");
+    write_text(root / ".git/HEAD", head);
+  }
+}
+
+TEST_CASE("a hook's link through another link, or with \"..\" after a name, fails closed; one into the git "
+          "directory is not followed") {
+  const Scratch scratch;
+  const fs::path root = scratch.base;
+  git(root, {"init", "-q"});
+  fs::create_directories(root / "tools");
+  write_text(root / "tools/x", "#!/bin/sh\nexit 0\n");
+  const dsh::ResolvedPolicy policy = policy_for(root);
+  const auto problem = [&] {
+    try {
+      (void)dsh::protected_paths(policy);
+      return std::string("listed");
+    } catch (const dsh::ProtectedPathError& error) {
+      return std::string(error.what());
+    }
+  };
+  const fs::path hook = root / ".git/hooks/pre-commit";
+  const std::string quoted = dsh::json_string_literal(hook.native());
+  SECTION("a link to a link (node_modules/.bin's shape): the command could swap the second") {
+    fs::create_directory(root / "bin");
+    fs::create_symlink("../tools/x", root / "bin/x");
+    fs::create_symlink("../../bin/x", hook);
+    CHECK(problem().find("protected path " + dsh::json_string_literal((root / "bin/x").native()) +
+                         ": expected no symbolic link on the way to a protected path; found \"a symbolic link\"") !=
+          std::string::npos);
+    CHECK_FALSE(policy.permits_write("tools/x"));
+    CHECK_FALSE(policy.permits_write("notes.txt")); // nothing beneath the root is written
+  }
+  SECTION("a link through a linked directory") {
+    fs::create_symlink("tools", root / "scripts");
+    fs::create_symlink("../../scripts/x", hook);
+    CHECK(problem().find("a symbolic link") != std::string::npos);
+  }
+  SECTION("\"..\" after a name") {
+    fs::create_symlink("../../tools/../tools/x", hook);
+    CHECK(problem().find("protected path " + quoted + ": expected a hook link whose \"..\" come first; found " +
+                         "\"../../tools/../tools/x\"") != std::string::npos);
+  }
+  SECTION("into the git directory: its files stay writable (not covered)") {
+    fs::create_symlink("../index", hook);
+    CHECK(problem() == "listed");
+    CHECK(policy.permits_write(".git/index"));
+  }
+  SECTION("a directory named is pinned") {
+    fs::create_symlink("../../tools", hook);
+    CHECK(problem() == "listed");
+    CHECK_FALSE(policy.permits_write("tools"));
+    CHECK(policy.permits_write("tools/y"));
+  }
 }
 
 TEST_CASE("every directory on the way to a protected path beneath the root is pinned") {

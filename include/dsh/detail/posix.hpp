@@ -1,12 +1,15 @@
 /// @file
-/// System calls retried the one way the library retries them: after an interrupting signal.
+/// System calls retried the one way the library retries them: after an interrupting signal;
+/// and a path opened one component at a time, following no link.
 #pragma once
 
 #include <dsh/unique_fd.hpp>
 
 #include <cerrno>
+#include <climits>
 #include <cstddef>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +39,62 @@ inline bool write_all(int fd, const char* data, std::size_t size) noexcept {
   }
   return true;
 }
+
+/// Opens the absolute `path` with `flags` (O_PATH, O_DIRECTORY, ...; O_CLOEXEC and O_NOFOLLOW
+/// are added) one component at a time from "/", so that no component, the last included, is
+/// followed as a symbolic link: the file opened is the one at `path` as spelled, whatever
+/// another process renames meanwhile (a link on the way fails, ENOTDIR; the last component, if
+/// a link, fails with ELOOP, or is opened itself with O_PATH and is the caller's to refuse). For
+/// callers that cannot use openat2(2) (the command's child, whose filter refuses it) or want
+/// one walk for both sides. Returns the descriptor, or -1 with errno set (EINVAL for a path
+/// that is not absolute or holds "." or ".." or an empty component, ENAMETOOLONG for a
+/// component longer than NAME_MAX). Async-signal-safe.
+#if defined(O_PATH) // Linux's; the callers are the namespace layer's, Linux's too
+[[nodiscard]] inline int open_without_links(const char* path, int flags) noexcept {
+  if (path == nullptr || path[0] != '/') {
+    errno = EINVAL;
+    return -1;
+  }
+  int dir = retry_on_eintr([]() noexcept { return ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC); });
+  const char* rest = path + 1;
+  if (*rest == '\0') {
+    if (dir >= 0 && (flags & ~(O_PATH | O_DIRECTORY)) != 0) {
+      ::close(dir); // "/" itself, with other flags than a path's
+      return retry_on_eintr([&]() noexcept { return ::open("/", flags | O_CLOEXEC); });
+    }
+    return dir;
+  }
+  char name[NAME_MAX + 1];
+  while (dir >= 0) {
+    std::size_t length = 0;
+    while (rest[length] != '\0' && rest[length] != '/') {
+      ++length;
+    }
+    const bool last = rest[length] == '\0' || (rest[length] == '/' && rest[length + 1] == '\0');
+    if (length == 0 || length > NAME_MAX || (length == 1 && rest[0] == '.') ||
+        (length == 2 && rest[0] == '.' && rest[1] == '.')) {
+      ::close(dir);
+      errno = length > NAME_MAX ? ENAMETOOLONG : EINVAL;
+      return -1;
+    }
+    for (std::size_t i = 0; i < length; ++i) {
+      name[i] = rest[i];
+    }
+    name[length] = '\0';
+    const int step = last ? flags : O_PATH | O_DIRECTORY;
+    const int next = retry_on_eintr([&]() noexcept { return ::openat(dir, name, step | O_NOFOLLOW | O_CLOEXEC); });
+    const int error = errno;
+    ::close(dir);
+    if (last || next < 0) {
+      errno = error;
+      return next;
+    }
+    dir = next;
+    rest += length + 1;
+  }
+  return -1;
+}
+#endif
 
 #if defined(__linux__)
 /// waitid's idtype for a pidfd (P_PIDFD, Linux 5.4), which older C libraries do not define.

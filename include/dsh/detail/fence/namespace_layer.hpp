@@ -198,7 +198,9 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
 /// it must not be one). Returns errno or 0. Async-signal-safe.
 [[nodiscard]] inline int attach_clone(int source_fd, const char* source, const char* target, bool directory,
                                       bool readonly, std::uint64_t attributes = 0) noexcept {
-  const int target_fd = ::open(target, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  // Every component of the target as spelled, no link followed: a concurrent call that swaps a
+  // directory on the way for a link must not move this bind elsewhere.
+  const int target_fd = open_without_links(target, O_PATH);
   if (target_fd < 0) {
     return errno;
   }
@@ -207,10 +209,13 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
     ::close(target_fd);
     return S_ISLNK(info.st_mode) ? ELOOP : directory ? ENOTDIR : EISDIR;
   }
+  // A bind onto itself clones what the walk above opened; another source is named by the caller.
+  const bool itself = source_fd < 0 && std::strcmp(source, target) == 0;
+  const int from = itself ? target_fd : source_fd;
   const unsigned source_flags = open_tree_clone | O_CLOEXEC | at_recursive | AT_SYMLINK_NOFOLLOW |
-                                (source_fd >= 0 ? static_cast<unsigned>(AT_EMPTY_PATH) : 0U);
-  const int tree = static_cast<int>(
-      ::syscall(sys_open_tree, source_fd >= 0 ? source_fd : AT_FDCWD, source_fd >= 0 ? "" : source, source_flags));
+                                (from >= 0 ? static_cast<unsigned>(AT_EMPTY_PATH) : 0U);
+  const int tree =
+      static_cast<int>(::syscall(sys_open_tree, from >= 0 ? from : AT_FDCWD, from >= 0 ? "" : source, source_flags));
   if (tree < 0) {
     const int error = errno;
     ::close(target_fd);
@@ -563,7 +568,10 @@ struct NamespaceProbe {
 inline void make_placeholder(const std::string& subject, const ProtectedEntry& entry) {
   const bool directory = entry.kind == ProtectedKind::missing_directory;
   const std::string name = entry.path.filename().native();
-  const UniqueFd parent{::open(entry.path.parent_path().c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  // The parent as the scan spelled it, no link followed on the way: a concurrent call that
+  // swaps a directory there for a link must not have the host create the placeholder (with
+  // the host's rights) wherever the link points.
+  const UniqueFd parent{open_without_links(entry.path.parent_path().c_str(), O_PATH | O_DIRECTORY)};
   int error = parent ? 0 : errno;
   if (error == 0 && directory) {
     error = ::mkdirat(parent.get(), name.c_str(), 0755) == 0 ? 0 : errno;

@@ -303,8 +303,13 @@ private:
 
   /// Protects what each symbolic link directly in the protected directory `dir` names beneath
   /// the root: git runs a hook through its link (`hooks/commit-msg -> ../../scripts/commit-msg`
-  /// is a common install), so the file it names is the hook. A link naming a missing file gets
-  /// that file's placeholder, as a missing entry does.
+  /// is a common install), so the file it names is the hook. The link's text is followed as
+  /// spelled: a link or missing directory on the way is found by `reach` (a link fails closed,
+  /// since the command could swap it; a missing part gets its placeholder, as a missing entry
+  /// does); a directory named is pinned (no hook, but no file may take its name). Not
+  /// followed: a path in a git directory (its index and objects must stay writable: not
+  /// covered, docs/enforcement.md), in a directory already protected, or outside the root
+  /// where no link brings it back beneath it (that fails closed).
   void protect_link_targets(const std::filesystem::path& dir, std::string_view rule) {
     DIR* stream = ::opendir(dir.c_str());
     if (stream == nullptr) {
@@ -314,7 +319,13 @@ private:
       return;
     }
     std::vector<std::string> links;
+    std::size_t read = 0;
     while (const dirent* entry = ::readdir(stream)) {
+      if (++read > MAX_ENTRIES) {
+        ::closedir(stream);
+        fail(subject(dir), "a protected directory of at most 4096 entries", "more");
+        return;
+      }
       const std::string_view name(entry->d_name);
       if (name == "." || name == "..") {
         continue;
@@ -331,12 +342,59 @@ private:
     ::closedir(stream);
     std::sort(links.begin(), links.end());
     for (const std::string& name : links) {
-      const std::filesystem::path target(canonical_native((dir / name).native()));
-      // A link into the directory itself is covered already; one to a directory holding it
-      // (`..`, the root) names no hook git could run, and would make the whole root read-only.
-      if (is_within(target, root_) && !is_within(target, dir) && !is_within(dir, target) && scan_.problem.empty()) {
-        protect(target, false, rule);
+      if (!scan_.problem.empty()) {
+        return;
       }
+      protect_link_target(dir / name, rule);
+    }
+  }
+
+  /// One link of `protect_link_targets`.
+  void protect_link_target(const std::filesystem::path& link, std::string_view rule) {
+    std::array<char, 4096> text{};
+    const ::ssize_t length = ::readlink(link.c_str(), text.data(), text.size());
+    if (length <= 0 || static_cast<std::size_t>(length) >= text.size()) {
+      const int error = length < 0 ? errno : ENAMETOOLONG;
+      fail(subject(link), "a symbolic link readlink(2) can read",
+           std::error_code(error, std::generic_category()).message(), error);
+      return;
+    }
+    const std::filesystem::path named(std::string(text.data(), static_cast<std::size_t>(length)));
+    // ".." after a name is resolved by the kernel from wherever that name leads (a link the
+    // command may make), not lexically: such a text fails closed. Leading ".." climb through
+    // the directories on the way to this one, which are no links.
+    bool named_part = false;
+    for (const std::filesystem::path& part : named.relative_path()) {
+      if (part == ".." && named_part) {
+        fail(subject(link), "a hook link whose \"..\" come first", named.native());
+        return;
+      }
+      named_part = named_part || (part != ".." && part != "." && !part.empty());
+    }
+    const std::filesystem::path spelled(lexically_clean(named.is_absolute() ? named : link.parent_path() / named));
+    if (!is_within(spelled, root_)) {
+      // Outside the root as spelled: nothing there is writable, unless a link there leads back.
+      if (is_within(std::filesystem::path(canonical_native(spelled.native())), root_)) {
+        fail(subject(link), "a hook link that stays outside the root or names it without another link",
+             "a link through " + spelled.native() + " back beneath the root");
+      }
+      return;
+    }
+    const auto covered = [&](const std::filesystem::path& path) {
+      return std::any_of(visited_.begin(), visited_.end(),
+                         [&](const std::filesystem::path& git) { return is_within(path, git); }) ||
+             std::any_of(scan_.entries.begin(), scan_.entries.end(), [&](const ProtectedEntry& entry) {
+               return (entry.kind == ProtectedKind::directory || entry.kind == ProtectedKind::missing_directory) &&
+                      is_within(path, entry.path);
+             });
+    };
+    if (spelled == root_ || covered(spelled)) {
+      return;
+    }
+    // A missing part gets its placeholder in reach; a directory is pinned, so that no file
+    // takes its name during the call.
+    if (const std::optional<struct stat> status = reach(spelled, false, rule)) {
+      add(spelled, S_ISDIR(status->st_mode) ? ProtectedKind::pinned_directory : ProtectedKind::file, rule);
     }
   }
 
@@ -383,18 +441,34 @@ private:
     return text;
   }
 
-  /// Whether the file `head` begins as a `HEAD` git accepts: a ref (`ref:`) or an object id.
+  /// Whether `head` is a `HEAD` git accepts, as its validate_headref judges one: a symbolic
+  /// link whose target begins with `refs/` (core.preferSymlinkRefs; not followed), or a file
+  /// that begins with `ref:`, blanks and `refs/`, or with an object id (hex digits, either case).
   [[nodiscard]] static bool holds_head_ref(const std::filesystem::path& head) {
-    UniqueFd file(retry_on_eintr([&] { return ::open(head.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK); }));
-    std::array<char, 64> text{};
+    struct stat status {};
+    if (::lstat(head.c_str(), &status) == 0 && S_ISLNK(status.st_mode)) {
+      std::array<char, 64> target{};
+      const ::ssize_t length = ::readlink(head.c_str(), target.data(), target.size());
+      return length > 0 && std::string_view(target.data(), static_cast<std::size_t>(length)).starts_with("refs/");
+    }
+    UniqueFd file(retry_on_eintr(
+        [&] { return ::open(head.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW); }));
+    std::array<char, 256> text{};
     const ::ssize_t got =
         file ? retry_on_eintr([&] { return ::read(file.get(), text.data(), text.size()); }) : ::ssize_t{-1};
-    const std::string_view line(text.data(), got > 0 ? static_cast<std::size_t>(got) : 0);
+    std::string_view line(text.data(), got > 0 ? static_cast<std::size_t>(got) : 0);
+    if (line.starts_with("ref:")) {
+      line.remove_prefix(4);
+      while (!line.empty() && (line.front() == ' ' || line.front() == '\t' || line.front() == '\n' ||
+                               line.front() == '\r' || line.front() == '\v' || line.front() == '\f')) {
+        line.remove_prefix(1);
+      }
+      return line.starts_with("refs/");
+    }
     const std::string_view id = line.substr(0, 40);
-    const bool object_id = line.size() >= 40 && std::all_of(id.begin(), id.end(), [](char c) {
-                             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-                           });
-    return line.starts_with("ref:") || object_id;
+    return line.size() >= 40 && std::all_of(id.begin(), id.end(), [](char c) {
+             return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+           });
   }
 
   /// Returns what is not a git directory about canonical `dir` whose common directory is
@@ -653,18 +727,20 @@ private:
     }
     if (S_ISDIR(status->st_mode)) {
       // A directory git would not accept (the empty placeholder an earlier call left, one
-      // whose HEAD was removed) is read-only whole: pinned with its entries, as a git directory
-      // is, a command could make a repository in it (HEAD, objects, refs, an index naming a
-      // planted submodule) that the user's next git runs.
+      // whose HEAD was removed) is read-only whole: pinned with writable contents, as a git
+      // directory is, a command could make a repository in it (HEAD, objects, refs, an index
+      // naming a planted submodule) that the user's next git runs.
+      // It is scanned all the same (what lies outside it, a worktree's pointer, a hook's linked
+      // file, stays protected), then listed read-only, which takes the place of its pin.
       const std::optional<std::filesystem::path> common = common_directory(dot_git);
       if (!common) {
         return;
       }
-      if (!not_git_directory(dot_git, *common).empty()) {
-        add(dot_git, ProtectedKind::directory, first_git_rule());
-        return;
-      }
+      const bool accepted = not_git_directory(dot_git, *common).empty();
       scan_git_directory(dot_git, 0);
+      if (!accepted && scan_.problem.empty()) {
+        list(dot_git, ProtectedKind::directory, first_git_rule());
+      }
       return;
     }
     // A pointer file: `gitdir: <path>`, relative to the file's directory (git's read_gitfile).

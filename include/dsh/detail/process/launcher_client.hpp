@@ -211,13 +211,7 @@ public:
       program_ = std::move(program);
       problem_.clear();
       pinned_ = {};
-#if defined(__linux__)
-      // Its identity now, before any fence of this process could grant a command its path.
-      struct stat info {};
-      if (!program_.empty() && ::stat(program_.c_str(), &info) == 0) {
-        pinned_ = identity_of(info);
-      }
-#endif
+      pin_program(); // its identity now, before any fence of this process could grant a command its path
     }
   }
 
@@ -301,6 +295,20 @@ private:
   LauncherClient() {
 #if defined(DSH_SANDBOX_POLICY_LAUNCHER)
     program_ = DSH_SANDBOX_POLICY_LAUNCHER;
+    pin_program();
+#endif
+  }
+
+  /// Records the configured program's identity now, when none is recorded: the file is then
+  /// judged as it was first seen, whatever its mode later (a fenced command without the
+  /// namespace layer can chmod a file its user owns, and restore the mode once another user
+  /// wrote it; the restored mode changes its change time).
+  void pin_program() noexcept {
+#if defined(__linux__)
+    struct stat info {};
+    if (!pinned_.known && !program_.empty() && ::stat(program_.c_str(), &info) == 0) {
+      pinned_ = identity_of(info);
+    }
 #endif
   }
 
@@ -331,6 +339,7 @@ private:
   /// waits for its hello and records it with `print`. Returns "" or why it failed; nothing is
   /// left running then.
   [[nodiscard]] std::string start(const std::string& print) {
+    pin_program(); // also when refused below: a refused file made acceptable later stays refused
     if (std::string why = untrusted_program(); !why.empty()) {
       return why;
     }
