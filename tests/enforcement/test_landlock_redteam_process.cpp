@@ -24,6 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -38,6 +39,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -120,6 +122,34 @@ int hostile(std::string_view action, const std::string& arg) {
     const int character = errno_of(::mknod((arg + "/char").c_str(), S_IFCHR | 0600, ::makedev(1, 3)));
     const int block = errno_of(::mknod((arg + "/block").c_str(), S_IFBLK | 0600, ::makedev(7, 0)));
     std::printf("char=%d block=%d\n", character, block);
+    return 0;
+  }
+  if (action == "process-group") { // join a group of its session (`arg`: the host's), renice "its own"
+    // the supervisor's group: the host's when the host forked it, else the launcher's and its zygotes'
+    const ::pid_t parent_group = ::getpgid(::getppid());
+    const auto host_group = static_cast<::pid_t>(std::stol(arg));
+    const bool own_group = ::getpgrp() == ::getpid();
+    const bool parent_session = ::getsid(0) == ::getsid(::getppid());
+    const int tty = ::open("/dev/tty", O_RDONLY | O_NOCTTY | O_CLOEXEC);
+    const int tty_error = tty < 0 ? errno : 0;
+    // the scheduling group it shares with its session (opened for writing, nothing written)
+    const int autogroup = ::open("/proc/self/autogroup", O_WRONLY | O_CLOEXEC);
+    const int autogroup_error = autogroup < 0 ? errno : 0;
+    if (autogroup >= 0) {
+      ::close(autogroup);
+    }
+    const int join_parent = errno_of(::setpgid(0, parent_group));
+    const int join_host = errno_of(::setpgid(::getpid(), host_group));
+    const int renice = errno_of(::setpriority(PRIO_PGRP, 0, 19));
+    // what a command may still do: a group of its own, led by itself or by a child
+    const int own = errno_of(::setpgid(0, 0));
+    const int explicit_own = errno_of(::setpgid(::getpid(), ::getpid()));
+    // refused although harmless: the filter does not know the caller's pid (pinned)
+    const int zero_then_pid = errno_of(::setpgid(0, ::getpid()));
+    std::printf("own-group=%d parent-session=%d tty=%d autogroup=%d join-parent=%d join-host=%d renice=%d own=%d "
+                "explicit-own=%d zero-then-pid=%d\n",
+                own_group ? 1 : 0, parent_session ? 1 : 0, tty_error, autogroup_error, join_parent, join_host, renice,
+                own, explicit_own, zero_then_pid);
     return 0;
   }
   if (action == "caps") {
@@ -263,7 +293,7 @@ void over_hosts(const Lab& lab, const std::function<void(bool unprivileged)>& at
 // stdio, session and terminal
 // ==========================================================================================
 
-TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a new session") {
+TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a group or session of its own") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   for (const SandboxMode mode : all_modes) {
@@ -273,11 +303,81 @@ TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a
                            "readlink /proc/self/fd/0; readlink /proc/self/fd/1 | cut -c1-5; "
                            "readlink /proc/self/fd/2 >&2; cat; "
                            "[ \"$(ps -o sid= -p $$ | tr -d ' ')\" = $$ ] && echo own-session; "
+                           "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] && echo own-group; "
                            "tty || echo \"tty=$?\""});
     const Call call = run_captured(command, fence);
     CHECK(call.status == 0);
-    CHECK(call.out == "/dev/null\npipe:\nown-session\nnot a tty\ntty=1\n");
+    // Under the system-call filter, which confines setpgid, the command keeps the host's
+    // session (a new one is a new scheduling group); danger-full-access has no filter.
+    const std::string session = mode == SandboxMode::danger_full_access ? "own-session\n" : "";
+    CHECK(call.out == "/dev/null\npipe:\n" + session + "own-group\nnot a tty\ntty=1\n");
     CHECK(call.err.rfind("pipe:[", 0) == 0);
+  }
+}
+
+// A command off the terminal family stays in the session it was started in (a new session is a
+// new scheduling group), in a process group of its own and without the session's terminal. The
+// host here leads a session on a terminal, as a host started from the user's shell does, and
+// runs each mode both ways: its supervisor forked from the host (the command then shares the
+// host's session) and from the launcher (the launcher's). The command joins its supervisor's
+// group and tries the host's, then renices "its own" group, which would be theirs: refused.
+TEST_CASE("redteam: a command that joins the host's or the launcher's process group cannot renice it, nor keep the "
+          "host's terminal") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const Pty pty(24, 80);
+  const int slave = pty.slave();
+  open_lab_and_tmp_to_nobody(lab);
+  for (const bool unprivileged : host_table) {
+    CAPTURE(unprivileged);
+    const std::string seen = as_host_with_copy(unprivileged, [&] {
+      if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0) {
+        return std::string("cannot take the terminal: ") + std::strerror(errno);
+      }
+      const ::pid_t group = ::getpgrp();
+      errno = 0;
+      const int nice_before = ::getpriority(PRIO_PGRP, 0);
+      std::string text;
+      for (const Launch how : {Launch::fork, Launch::launcher}) {
+        for (const SandboxMode mode : all_modes) {
+          const PreparedFence fence = dsh::test::prepare_base(lab.policy(mode));
+          FencedCommand command = hostile_command("process-group", std::to_string(group));
+          command.launch(how);
+          const Call call = run_captured(command, fence);
+          text += std::string(how == Launch::fork ? "fork " : "launcher ") + std::string(dsh::to_string(mode)) + ": " +
+                  call.out;
+        }
+      }
+      errno = 0;
+      const int nice_after = ::getpriority(PRIO_PGRP, 0);
+      const bool terminal_kept = ::tcgetsid(slave) == ::getsid(0);
+      text += "host: group " + std::string(::getpgrp() == group ? "kept" : "changed") + ", nice " +
+              std::to_string(nice_before) + " -> " + std::to_string(nice_after) + ", terminal " +
+              (terminal_kept ? "kept" : "lost") + "\n";
+      return text;
+    });
+    // Under the filter: its supervisor's session, its own group, no terminal (ENXIO), the
+    // scheduling group it shares not writable (Landlock). It may join its supervisor's group (the
+    // host's through fork, the launcher's through the launcher; the host's is another session's
+    // then, EPERM from the kernel), but no group can be reniced, not even its own.
+    const auto fenced = [](bool forked) {
+      return "own-group=1 parent-session=1 tty=" + n(ENXIO) + " autogroup=" + n(EACCES) +
+             " join-parent=0 join-host=" + (forked ? std::string("0") : n(EPERM)) + " renice=" + n(EPERM) +
+             " own=0 explicit-own=0 zero-then-pid=0\n";
+    };
+    // danger-full-access has no filter, so it leads a new session: no other group is within the
+    // kernel's reach, nor is a new group for a session leader; its own group is reniced.
+    const std::string unfiltered = "own-group=1 parent-session=0 tty=" + n(ENXIO) +
+                                   " autogroup=0 join-parent=" + n(EPERM) + " join-host=" + n(EPERM) +
+                                   " renice=0 own=" + n(EPERM) + " explicit-own=" + n(EPERM) +
+                                   " zero-then-pid=" + n(EPERM) + "\n";
+    std::string expected;
+    for (const bool forked : {true, false}) {
+      const std::string how = forked ? "fork " : "launcher ";
+      expected += how + "read-only: " + fenced(forked) + how + "workspace-write: " + fenced(forked) + how +
+                  "danger-full-access: " + unfiltered;
+    }
+    CHECK(seen == expected + "host: group kept, nice 0 -> 0, terminal kept\n");
   }
 }
 

@@ -398,8 +398,17 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
                   "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
                   "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
                   "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; "
-                  "done; echo done",
-                  lab.workspace(), {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote)});
+                  "done; "
+                  // the launcher's process group, which its zygote and every supervisor share, can
+                  // be joined (the command shares the launcher's session), but no group can be
+                  // reniced, not even the caller's own (perl: setpgid)
+                  "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] || echo not-own-group; "
+                  "perl -e 'setpgrp(0, $ARGV[0]) or exit 2; exec qw(renice -n 19 -g 0)' $G >/dev/null 2>&1; "
+                  "echo \"joined, renice -g: $?\"; "
+                  "echo done",
+                  lab.workspace(),
+                  {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote),
+                   "G=" + std::to_string(::getpgid(launcher))});
         std::string text = attack.out;
         for (const ::pid_t target : {launcher, zygote}) {
           text += running(target) ? "alive\n" : "gone\n";
@@ -415,8 +424,9 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
         text += children_of(launcher) == zygotes ? "same zygote\n" : "another zygote\n";
         return text;
       });
-      CHECK(result == "done\nalive\nlimits kept\npriority kept\nalive\nlimits kept\npriority kept\nnext\n"
-                      "same launcher\nsame zygote\n");
+      CHECK(result ==
+            "joined, renice -g: 1\ndone\nalive\nlimits kept\npriority kept\nalive\nlimits kept\npriority kept\nnext\n"
+            "same launcher\nsame zygote\n");
     }
   });
 }

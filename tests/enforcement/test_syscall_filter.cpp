@@ -227,7 +227,7 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc,
         break;
       case RuleCheck::own_priority: // setpriority(which, who, prio)
         CHECK(is({PRIO_PROCESS, 0, 10}) == allow);
-        CHECK(is({PRIO_PGRP, 0, 10}) == allow);
+        CHECK(is({PRIO_PGRP, 0, 10}) == refuse); // even its own group: it may have joined the host's
         CHECK(is({PRIO_USER, 0, 10}) == refuse);
         CHECK(is({PRIO_PROCESS, pid, 10}) == refuse);
         CHECK(is({PRIO_PGRP, pid, 10}) == refuse);
@@ -243,7 +243,7 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc,
         break;
       case RuleCheck::own_io_priority: // ioprio_set(which, who, ioprio): 1 process, 2 group, 3 user
         CHECK(is({1, 0, 0x6000}) == allow);
-        CHECK(is({2, 0, 0x6000}) == allow);
+        CHECK(is({2, 0, 0x6000}) == refuse); // even its own group, as for setpriority
         CHECK(is({3, 0, 0x6000}) == refuse);
         CHECK(is({0, 0, 0x6000}) == refuse);
         CHECK(is({1, pid, 0x6000}) == refuse);
@@ -769,13 +769,10 @@ TEST_CASE("syscall filter: setpriority on another process is refused; the caller
             errno = 0;
             return ::getpriority(PRIO_PROCESS, 0) == 5 && errno == 0 ? 0 : wrong_result;
           }) == 0);
+    // Not even a group of its own: a command may have joined a group of the host's session.
     CHECK(filtered(uid, [&] {
-            if (::setpgid(0, 0) != 0 || ::setpriority(PRIO_PGRP, 0, 7) != 0) { // a group of its own
-              return errno;
-            }
-            errno = 0;
-            return ::getpriority(PRIO_PROCESS, 0) == 7 && errno == 0 ? 0 : wrong_result;
-          }) == 0);
+            return ::setpgid(0, 0) != 0 ? wrong_result : errno_of(::setpriority(PRIO_PGRP, 0, 7));
+          }) == EPERM);
     CHECK(filtered(uid, [&] { return ::nice(3) == 3 ? 0 : wrong_result; }) == 0);
   }
 }
@@ -858,6 +855,9 @@ TEST_CASE("syscall filter: ioprio_set on another process is refused; the caller'
     const ::pid_t pid = victim.pid();
     CHECK(filtered(uid, [&] { return errno_of(::syscall(SYS_ioprio_set, who_process, pid, ioprio_idle)); }) == EPERM);
     CHECK(filtered(uid, [&] { return errno_of(::syscall(SYS_ioprio_set, who_pgrp, pid, ioprio_idle)); }) == EPERM);
+    CHECK(filtered(uid, [&] {
+            return ::setpgid(0, 0) != 0 ? wrong_result : errno_of(::syscall(SYS_ioprio_set, who_pgrp, 0, ioprio_idle));
+          }) == EPERM); // even its own group
     CHECK(filtered(uid, [&] { return errno_of(::syscall(SYS_ioprio_set, who_user, 65533, ioprio_idle)); }) == EPERM);
     CHECK(victim.running());
     CHECK(victim.io_priority() == before);

@@ -211,7 +211,7 @@ inline void emit_check(FilterAssembler& code, const SyscallRuleRow& row, std::st
     when_argument_is(code, 2, {0}, allow, refuse, wide);
     break;
   case RuleCheck::own_priority: // setpriority(which, who, prio)
-    when_argument_is(code, 0, {prio_process, prio_pgrp}, second, refuse, wide);
+    when_argument_is(code, 0, {prio_process}, second, refuse, wide);
     code.place(second);
     when_argument_is(code, 1, {0}, allow, refuse, wide);
     break;
@@ -219,7 +219,7 @@ inline void emit_check(FilterAssembler& code, const SyscallRuleRow& row, std::st
     when_argument_is(code, 0, {0}, allow, refuse, wide);
     break;
   case RuleCheck::own_io_priority: // ioprio_set(which, who, ioprio)
-    when_argument_is(code, 0, {ioprio_who_process, ioprio_who_pgrp}, second, refuse, wide);
+    when_argument_is(code, 0, {ioprio_who_process}, second, refuse, wide);
     code.place(second);
     when_argument_is(code, 1, {0}, allow, refuse, wide);
     break;

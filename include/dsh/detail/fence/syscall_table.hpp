@@ -38,9 +38,9 @@ enum class RuleCheck : unsigned char {
   x32_abi,              ///< every x32 call (x86_64 numbers with bit 30 set)
   always,               ///< every call named, whatever its arguments
   own_limits,           ///< unless argument 0 (pid) or argument 2 (the new limit) is 0
-  own_priority,         ///< unless argument 0 is PRIO_PROCESS or PRIO_PGRP and argument 1 is 0
+  own_priority,         ///< unless argument 0 is PRIO_PROCESS and argument 1 is 0
   own_pid,              ///< unless argument 0 (pid) is 0
-  own_io_priority,      ///< unless argument 0 is IOPRIO_WHO_PROCESS or IOPRIO_WHO_PGRP and argument 1 is 0
+  own_io_priority,      ///< unless argument 0 is IOPRIO_WHO_PROCESS and argument 1 is 0
   setid_mode,           ///< when the call sets or creates a mode with S_ISUID or S_ISGID (`mode_arguments`)
   terminal_requests,    ///< when argument 1 (an ioctl request, its low 32 bits) is TIOCNOTTY or TIOCSTI
   allowed,              ///< never: the calls named are left to the kernel's own checks
@@ -74,18 +74,22 @@ inline constexpr std::array syscall_rule_rows{
                     "(RLIMIT_CPU 1 kills it, RLIMIT_FSIZE 0 fails its writes) and Landlock does not mediate; "
                     "reading any process's limits, and setting the caller's own (setrlimit, ulimit), stay allowed"},
                    RuleCheck::own_limits},
-    SyscallRuleRow{{"setpriority", "which is not PRIO_PROCESS or PRIO_PGRP, or who is not 0", "EPERM",
-                    "renices another process, or with PRIO_USER every process of the user; the caller's own "
-                    "process group lies in the command's own session, so nice of the caller stays allowed"},
+    SyscallRuleRow{{"setpriority", "which is not PRIO_PROCESS, or who is not 0", "EPERM",
+                    "renices another process, a process group, or with PRIO_USER every process of the user; a "
+                    "group is refused even as the caller's own (who 0), because a command off the terminal family "
+                    "shares the session it was started in (a new session is a new scheduling group, "
+                    "docs/performance.md) and may join any group of it with setpgid: the host's, or the "
+                    "launcher's; nice of the caller itself stays allowed"},
                    RuleCheck::own_priority},
     SyscallRuleRow{{"sched_setscheduler, sched_setparam, sched_setattr, sched_setaffinity", "pid is not 0", "EPERM",
                     "changes another process's policy (SCHED_IDLE starves it), priority or CPUs, which the same "
                     "user may do and Landlock does not mediate; the caller's own (chrt and taskset starting a "
                     "command) stay allowed"},
                    RuleCheck::own_pid},
-    SyscallRuleRow{{"ioprio_set", "which is not IOPRIO_WHO_PROCESS or IOPRIO_WHO_PGRP, or who is not 0", "EPERM",
-                    "sets another process's I/O class (idle starves its disk access), or with IOPRIO_WHO_USER "
-                    "every process of the user; ionice of the caller itself stays allowed"},
+    SyscallRuleRow{{"ioprio_set", "which is not IOPRIO_WHO_PROCESS, or who is not 0", "EPERM",
+                    "sets another process's I/O class (idle starves its disk access), a process group's (refused "
+                    "even as the caller's own, as for setpriority), or with IOPRIO_WHO_USER every process of the "
+                    "user; ionice of the caller itself stays allowed"},
                    RuleCheck::own_io_priority},
     SyscallRuleRow{{"ptrace, process_vm_readv, process_vm_writev, kcmp, pidfd_getfd, process_madvise, "
                     "migrate_pages, move_pages",
@@ -292,16 +296,14 @@ inline constexpr std::array mode_arguments{
 // <sys/resource.h>, <linux/ioprio.h>, and the generic <asm/fcntl.h> and <asm/ioctls.h> values
 // none of the four overrides.
 inline constexpr std::uint32_t prio_process = 0;                  // PRIO_PROCESS
-inline constexpr std::uint32_t prio_pgrp = 1;                     // PRIO_PGRP
 inline constexpr std::uint32_t ioprio_who_process = 1;            // IOPRIO_WHO_PROCESS
-inline constexpr std::uint32_t ioprio_who_pgrp = 2;               // IOPRIO_WHO_PGRP
 inline constexpr std::uint32_t open_creates = 0100U | 020000000U; // O_CREAT | __O_TMPFILE
 inline constexpr std::uint32_t setid_bits = 04000U | 02000U;      // S_ISUID | S_ISGID
 inline constexpr std::uint32_t x32_syscall_bit = 0x40000000U;     // __X32_SYSCALL_BIT
 inline constexpr std::uint32_t tiocnotty = 0x5422U;               // TIOCNOTTY
 inline constexpr std::uint32_t tiocsti = 0x5412U;                 // TIOCSTI
 #if defined(__linux__)                                            // the native headers agree
-static_assert(PRIO_PROCESS == prio_process && PRIO_PGRP == prio_pgrp);
+static_assert(PRIO_PROCESS == prio_process);
 static_assert(O_CREAT == 0100 && (S_ISUID | S_ISGID) == setid_bits);
 static_assert(TIOCNOTTY == tiocnotty && TIOCSTI == tiocsti);
 #if defined(O_TMPFILE) // the kernel's O_TMPFILE is its __O_TMPFILE bit with O_DIRECTORY

@@ -320,6 +320,36 @@ inline void reset_signal_dispositions(std::uint64_t which = ~0ULL) noexcept {
   return {};
 }
 
+/// Makes the calling process lead a new process group in the session it was started in, with
+/// no controlling terminal: the session's terminal, if it has one, is given up (TIOCNOTTY, which
+/// for a process that leads no session detaches that process alone, for good: only a session
+/// leader acquires a terminal). Why not a new session: on kernels with
+/// CONFIG_SCHED_AUTOGROUP every session is a scheduling group of its own, made and freed for
+/// every call, and the command then competes as a group of one with the host's threads
+/// (docs/performance.md). Only for a command under the system-call filter, which refuses
+/// setpriority and ioprio_set on every process group: the command may join another group of the
+/// session (the host's, the launcher's), and would otherwise renice it as its own. When it
+/// cannot tell whether a
+/// terminal is held (/dev/tty fails otherwise than with ENXIO, the ioctl fails) it leads a new
+/// session instead (`enter_own_session`), as strict and slower. Returns the failed step, or
+/// error 0. Async-signal-safe.
+[[nodiscard]] inline ChildStep enter_own_process_group() noexcept {
+  const int terminal = ::open("/dev/tty", O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+  if (terminal < 0 ? errno != ENXIO : ::ioctl(terminal, TIOCNOTTY) != 0) {
+    if (terminal >= 0) {
+      ::close(terminal);
+    }
+    return enter_own_session(-1);
+  }
+  if (terminal >= 0) {
+    ::close(terminal);
+  }
+  if (::setpgid(0, 0) != 0) {
+    return {errno, "setpgid", ChildStage::setup, -1};
+  }
+  return {};
+}
+
 /// Makes descriptors 0, 1 and 2 copies of `sources` (-1: leave it, except descriptor 0 with
 /// `null_stdin`, which then reads /dev/null). A source that is itself 0, 1 or 2 is copied
 /// before any of them is replaced. Returns the failed step, or error 0. Async-signal-safe.

@@ -164,6 +164,9 @@ struct StartPlan {
   /// Stay in the caller's session: the command is the child `exec_in_child` forked into the new
   /// PID namespace, and the session (with its controlling terminal) is its parent's.
   bool keep_session = false;
+  /// Lead a new session even under the system-call filter (`exec_in_child`'s promise), rather
+  /// than a process group of its own in the caller's session.
+  bool new_session = false;
 };
 
 /// Throws the error a failed start of `program` under the `mode` fence reported (`report`), or
