@@ -374,8 +374,12 @@ TEST_CASE("redteam: a command that joins the host's or the launcher's process gr
     std::string expected;
     for (const bool forked : {true, false}) {
       const std::string how = forked ? "fork " : "launcher ";
-      expected += how + "read-only: " + fenced(forked) + how + "workspace-write: " + fenced(forked) + how +
-                  "danger-full-access: " + unfiltered;
+      for (const SandboxMode mode : all_modes) {
+        expected += how;
+        expected += dsh::to_string(mode);
+        expected += ": ";
+        expected += mode == SandboxMode::danger_full_access ? unfiltered : fenced(forked);
+      }
     }
     CHECK(seen == expected + "host: group kept, nice 0 -> 0, terminal kept\n");
   }
