@@ -64,11 +64,11 @@ namespace dsh {
 ///   reaches it (everything above 2 is closed on exec: Landlock does not check files opened
 ///   before the fence), so it can neither truncate, seek nor reopen the host's stdio.
 ///   `redirect` and `controlling_terminal` hand it a descriptor anyway: the host's choice.
-/// * no controlling terminal (TIOCSTI cannot type into the user's shell): under the system-call
-///   filter a process group of its own in the session it was started in (a new session would be
-///   a new scheduling group; the filter refuses setpriority and ioprio_set on every group, so a
-///   group of that session the command joins gives it nothing), otherwise (no filter, the
-///   terminal family) a new session; default signal dispositions and an empty signal mask.
+/// * no controlling terminal (TIOCSTI cannot type into the user's shell) and a new session;
+///   except that a filtered command (off the terminal family) whose supervisor came from the
+///   launcher's zygote stays in the zygote's session with a process group of its own (a new
+///   session would be a new scheduling group); default signal dispositions and an empty signal
+///   mask.
 /// * in read-only and workspace-write: no_new_privs and none of `FENCE_DROPPED_CAPABILITIES`.
 /// * a lifetime: a supervisor process, the command's parent and a child subreaper
 ///   (PR_SET_CHILD_SUBREAPER), inherits every process the command orphans (double forks and
@@ -259,7 +259,6 @@ public:
     detail::StartPlan plan;
     plan.stdio = stdio_;
     plan.terminal = terminal_;
-    plan.new_session = true;
     detail::reset_signal_dispositions();
 #if defined(__linux__)
     if (fence.namespaces_.active) {
@@ -480,12 +479,12 @@ private:
   /// never in the host's.
   [[nodiscard]] detail::ChildStep start_in_child(const PreparedFence& fence,
                                                  const detail::StartPlan& plan) const noexcept {
-    // A command under the system-call filter (which refuses renicing any process group) stays in
-    // the session it was started in, in a process group of its own and with no terminal; any
+    // A command under the system-call filter whose supervisor came from a launcher's zygote
+    // stays in the zygote's session, in a process group of its own and with no terminal; any
     // other command leads a new session (its terminal's, in the terminal family).
     const bool filtered = fence.report_.syscall_filter && fence.report_.status != FenceStatus::unrestricted;
     if (const detail::ChildStep failed = plan.keep_session ? detail::ChildStep{}
-                                         : filtered && plan.terminal < 0 && !plan.new_session
+                                         : filtered && plan.terminal < 0 && plan.zygote_session
                                              ? detail::enter_own_process_group()
                                              : detail::enter_own_session(plan.terminal);
         failed.error != 0) {

@@ -15,6 +15,7 @@
 #include "support/landlock.hpp"
 #include "support/terminal.hpp"
 
+#include <dsh/fence_launcher.hpp>
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 
@@ -150,6 +151,45 @@ int hostile(std::string_view action, const std::string& arg) {
                 "explicit-own=%d zero-then-pid=%d\n",
                 own_group ? 1 : 0, parent_session ? 1 : 0, tty_error, autogroup_error, join_parent, join_host, renice,
                 own, explicit_own, zero_then_pid);
+    return 0;
+  }
+  if (action == "orphan") { // make the kernel SIGHUP group `arg` (default: its session leader's) as orphaned
+    const ::pid_t target = arg.empty() ? ::getsid(0) : static_cast<::pid_t>(std::stol(arg));
+    std::array<int, 2> ready{-1, -1};
+    if (::pipe(ready.data()) != 0) {
+      return 90;
+    }
+    if (::fork() == 0) { // G: its child D joins the target group and stops; G then leaves the session
+      const ::pid_t stopped = ::fork();
+      if (stopped == 0) {
+        if (::setpgid(0, target) != 0) {
+          ::_exit(errno);
+        }
+        ::kill(::getpid(), SIGSTOP);
+        ::_exit(0);
+      }
+      int status = 0;
+      ::waitpid(stopped, &status, WUNTRACED);
+      const char joined = static_cast<char>(WIFSTOPPED(status) ? 0 : WIFEXITED(status) ? WEXITSTATUS(status) : 99);
+      ::setsid(); // D's parent is now outside the session: D no longer ties the group to it
+      static_cast<void>(::write(ready[1], &joined, 1));
+      ::waitpid(stopped, &status, 0); // until the kernel's SIGHUP, or the end of the call
+      ::_exit(0);
+    }
+    char joined = 99;
+    static_cast<void>(::read(ready[0], &joined, 1));
+    int tie = -1;
+    if (joined == 0) { // X joins too and exits: the group is orphaned, with D stopped in it
+      const ::pid_t tying = ::fork();
+      if (tying == 0) {
+        ::_exit(::setpgid(0, target) != 0 ? errno : 0);
+      }
+      int status = 0;
+      ::waitpid(tying, &status, 0);
+      tie = WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+      ::usleep(200000); // the kernel's signals are sent as X exits; let them land
+    }
+    std::printf("join=%d tie=%d\n", joined, tie);
     return 0;
   }
   if (action == "caps") {
@@ -315,14 +355,14 @@ TEST_CASE("redteam: the command's stdio is /dev/null and two relayed pipes, in a
   }
 }
 
-// A command off the terminal family stays in the session it was started in (a new session is a
-// new scheduling group), in a process group of its own and without the session's terminal. The
-// host here leads a session on a terminal, as a host started from the user's shell does, and
-// runs each mode both ways: its supervisor forked from the host (the command then shares the
-// host's session) and from the launcher (the launcher's). The command joins its supervisor's
-// group and tries the host's, then renices "its own" group, which would be theirs: refused.
-TEST_CASE("redteam: a command that joins the host's or the launcher's process group cannot renice it, nor keep the "
-          "host's terminal") {
+// A filtered command off the terminal family, started from the launcher's zygote, stays in the
+// session the zygote leads (a new session is a new scheduling group), in a process group of its
+// own; started by a fork of the host it leads a new session, as every unfiltered command does.
+// The host here leads a session on a terminal, as a host started from the user's shell does,
+// and runs each mode both ways. The command joins its supervisor's group and tries the host's,
+// then renices "its own" group, which would be theirs: refused.
+TEST_CASE("redteam: a command cannot renice a process group it joins, reach the host's, nor keep the host's "
+          "terminal") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;
   const Pty pty(24, 80);
@@ -356,21 +396,22 @@ TEST_CASE("redteam: a command that joins the host's or the launcher's process gr
               (terminal_kept ? "kept" : "lost") + "\n";
       return text;
     });
-    // Under the filter: its supervisor's session, its own group, no terminal (ENXIO), the
-    // scheduling group it shares not writable (Landlock). It may join its supervisor's group (the
-    // host's through fork, the launcher's through the launcher; the host's is another session's
-    // then, EPERM from the kernel), but no group can be reniced, not even its own.
-    const auto fenced = [](bool forked) {
-      return "own-group=1 parent-session=1 tty=" + n(ENXIO) + " autogroup=" + n(EACCES) +
-             " join-parent=0 join-host=" + (forked ? std::string("0") : n(EPERM)) + " renice=" + n(EPERM) +
-             " own=0 explicit-own=0 zero-then-pid=0\n";
+    // Through fork every command leads a new session (the host's could hold the user's shell's
+    // group): no other group is within the kernel's reach, nor a new group for a session leader.
+    // Through the launcher a filtered command stays in the session its zygote leads, in a group
+    // of its own: it may join its supervisor's group (each supervisor has its own), never the
+    // host's (another session's). Under the filter no group can be reniced, not even its own;
+    // the scheduling group is never writable under Landlock.
+    const auto attempt = [](bool forked, bool filtered) {
+      const bool zygote = !forked && filtered;
+      const std::string no_group = n(EPERM);
+      return "own-group=1 parent-session=" + std::string(zygote ? "1" : "0") + " tty=" + n(ENXIO) +
+             " autogroup=" + (filtered ? n(EACCES) : std::string("0")) +
+             " join-parent=" + (zygote ? std::string("0") : no_group) + " join-host=" + n(EPERM) +
+             " renice=" + (filtered ? n(EPERM) : std::string("0")) + " own=" + (zygote ? std::string("0") : no_group) +
+             " explicit-own=" + (zygote ? std::string("0") : no_group) +
+             " zero-then-pid=" + (zygote ? std::string("0") : no_group) + "\n";
     };
-    // danger-full-access has no filter, so it leads a new session: no other group is within the
-    // kernel's reach, nor is a new group for a session leader; its own group is reniced.
-    const std::string unfiltered = "own-group=1 parent-session=0 tty=" + n(ENXIO) +
-                                   " autogroup=0 join-parent=" + n(EPERM) + " join-host=" + n(EPERM) +
-                                   " renice=0 own=" + n(EPERM) + " explicit-own=" + n(EPERM) +
-                                   " zero-then-pid=" + n(EPERM) + "\n";
     std::string expected;
     for (const bool forked : {true, false}) {
       const std::string how = forked ? "fork " : "launcher ";
@@ -378,10 +419,77 @@ TEST_CASE("redteam: a command that joins the host's or the launcher's process gr
         expected += how;
         expected += dsh::to_string(mode);
         expected += ": ";
-        expected += mode == SandboxMode::danger_full_access ? unfiltered : fenced(forked);
+        expected += attempt(forked, mode != SandboxMode::danger_full_access);
       }
     }
     CHECK(seen == expected + "host: group kept, nice 0 -> 0, terminal kept\n");
+  }
+}
+
+// The kernel sends SIGHUP and SIGCONT to every member of a process group that becomes orphaned
+// while one of its members is stopped (Landlock's signal scope does not cover signals the kernel
+// sends). A command that could put a stopped process into a group of the host's session (the
+// user's shell's group, or the host's when it leads its session) could have that group
+// hung up. Through fork the command leads its own session, so the host's group is out of reach;
+// through the launcher its session is the zygote's, whose group it can orphan: the zygote
+// ignores SIGHUP and every supervisor has a group of its own, so the launcher, its zygote and
+// the next call carry on. (On this kernel the SIGHUP reaches only the stopped members; mainline
+// sends it to the whole group.)
+TEST_CASE("redteam: an orphaned process group a command makes hangs up neither the host nor the launcher") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const Pty pty(24, 80);
+  const int slave = pty.slave();
+  open_lab_and_tmp_to_nobody(lab);
+  for (const bool unprivileged : host_table) {
+    CAPTURE(unprivileged);
+    const std::string seen = as_host_with_copy(unprivileged, [&] {
+      static volatile std::sig_atomic_t hangups = 0;
+      static volatile std::sig_atomic_t continues = 0;
+      struct sigaction count {};
+      count.sa_handler = [](int signal) {
+        if (signal == SIGHUP) {
+          hangups = hangups + 1;
+        } else {
+          continues = continues + 1;
+        }
+      };
+      ::sigemptyset(&count.sa_mask);
+      count.sa_flags = SA_RESTART;
+      if (::setsid() < 0 || ::ioctl(slave, TIOCSCTTY, 0) != 0 || ::sigaction(SIGHUP, &count, nullptr) != 0 ||
+          ::sigaction(SIGCONT, &count, nullptr) != 0) {
+        return std::string("cannot set the host up: ") + std::strerror(errno);
+      }
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
+      std::string text;
+      // fork: aimed at the host's group; launcher: at the zygote's (the command's session leader)
+      FencedCommand forked = hostile_command("orphan", std::to_string(::getpgrp()));
+      forked.launch(Launch::fork);
+      text += "fork: " + run_captured(forked, fence).out;
+      FencedCommand warm({"true"});
+      warm.launch(Launch::launcher);
+      const int warmed = run_captured(warm, fence).status;
+      const ::pid_t launcher = FenceLauncher::pid();
+      const std::string zygotes =
+          read_file("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+      FencedCommand through = hostile_command("orphan");
+      through.launch(Launch::launcher);
+      text += "launcher: " + run_captured(through, fence).out;
+      FencedCommand next({"true"});
+      next.launch(Launch::launcher);
+      const int after = run_captured(next, fence).status;
+      text +=
+          "calls " + std::to_string(warmed) + " " + std::to_string(after) + ", launcher " +
+          (FenceLauncher::pid() == launcher ? "kept" : "changed") + ", zygotes " +
+          (read_file("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children") == zygotes
+               ? "kept"
+               : "changed") +
+          ", host hangups " + std::to_string(hangups) + ", continues " + std::to_string(continues) + "\n";
+      return text;
+    });
+    CHECK(seen == "fork: join=" + n(EPERM) +
+                      " tie=-1\nlauncher: join=0 tie=0\ncalls 0 0, launcher kept, zygotes kept, "
+                      "host hangups 0, continues 0\n");
   }
 }
 

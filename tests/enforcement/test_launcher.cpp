@@ -390,25 +390,24 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
           return "zygotes: " + std::to_string(zygotes.size());
         }
         const ::pid_t zygote = zygotes.front();
-        const dsh::test::Shell attack =
-            shell(fence,
-                  "for P in $L $Z; do "
-                  "kill -KILL $P 2>/dev/null && echo killed $P; "
-                  "kill -STOP $P 2>/dev/null && echo stopped $P; "
-                  "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
-                  "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
-                  "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; "
-                  "done; "
-                  // the launcher's process group, which its zygote and every supervisor share, can
-                  // be joined (the command shares the launcher's session), but no group can be
-                  // reniced, not even the caller's own (perl: setpgid)
-                  "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] || echo not-own-group; "
-                  "perl -e 'setpgrp(0, $ARGV[0]) or exit 2; exec qw(renice -n 19 -g 0)' $G >/dev/null 2>&1; "
-                  "echo \"joined, renice -g: $?\"; "
-                  "echo done",
-                  lab.workspace(),
-                  {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote),
-                   "G=" + std::to_string(::getpgid(launcher))});
+        const dsh::test::Shell attack = shell(
+            fence,
+            "for P in $L $Z; do "
+            "kill -KILL $P 2>/dev/null && echo killed $P; "
+            "kill -STOP $P 2>/dev/null && echo stopped $P; "
+            "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
+            "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
+            "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; "
+            "done; "
+            // the zygote's process group can be joined (the command stays in the session the
+            // zygote leads), but no group can be reniced, not even the caller's own (perl:
+            // setpgid)
+            "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] || echo not-own-group; "
+            "perl -e 'setpgrp(0, $ARGV[0]) or exit 2; exec qw(renice -n 19 -g 0)' $G >/dev/null 2>&1; "
+            "echo \"joined, renice -g: $?\"; "
+            "echo done",
+            lab.workspace(),
+            {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote), "G=" + std::to_string(::getpgid(zygote))});
         std::string text = attack.out;
         for (const ::pid_t target : {launcher, zygote}) {
           text += running(target) ? "alive\n" : "gone\n";

@@ -76,10 +76,10 @@ inline constexpr std::array syscall_rule_rows{
                    RuleCheck::own_limits},
     SyscallRuleRow{{"setpriority", "which is not PRIO_PROCESS, or who is not 0", "EPERM",
                     "renices another process, a process group, or with PRIO_USER every process of the user; a "
-                    "group is refused even as the caller's own (who 0), because a command off the terminal family "
-                    "shares the session it was started in (a new session is a new scheduling group, "
-                    "docs/performance.md) and may join any group of it with setpgid: the host's, or the "
-                    "launcher's; nice of the caller itself stays allowed"},
+                    "group is refused even as the caller's own (who 0), because a command started from the "
+                    "launcher's zygote shares the session the zygote leads (a new session is a new scheduling "
+                    "group, docs/performance.md) and may join the zygote's group, which every later call is "
+                    "forked from; nice of the caller itself stays allowed"},
                    RuleCheck::own_priority},
     SyscallRuleRow{{"sched_setscheduler, sched_setparam, sched_setattr, sched_setaffinity", "pid is not 0", "EPERM",
                     "changes another process's policy (SCHED_IDLE starves it), priority or CPUs, which the same "

@@ -323,16 +323,17 @@ inline void reset_signal_dispositions(std::uint64_t which = ~0ULL) noexcept {
 /// Makes the calling process lead a new process group in the session it was started in, with
 /// no controlling terminal: the session's terminal, if it has one, is given up (TIOCNOTTY, which
 /// for a process that leads no session detaches that process alone, for good: only a session
-/// leader acquires a terminal). Why not a new session: on kernels with
-/// CONFIG_SCHED_AUTOGROUP every session is a scheduling group of its own, made and freed for
-/// every call, and the command then competes as a group of one with the host's threads
-/// (docs/performance.md). Only for a command under the system-call filter, which refuses
-/// setpriority and ioprio_set on every process group: the command may join another group of the
-/// session (the host's, the launcher's), and would otherwise renice it as its own. When it
-/// cannot tell whether a
-/// terminal is held (/dev/tty fails otherwise than with ENXIO, the ioctl fails) it leads a new
-/// session instead (`enter_own_session`), as strict and slower. Returns the failed step, or
-/// error 0. Async-signal-safe.
+/// leader acquires a terminal). Why not a new session: on kernels with CONFIG_SCHED_AUTOGROUP
+/// every session is a scheduling group of its own, made and freed for every call
+/// (docs/performance.md). Only for a command whose supervisor came from a launcher's zygote: the
+/// zygote leads a session that holds nothing but the zygote and its calls, each supervisor in a
+/// group of its own, so a group the command may join is the zygote's (which ignores SIGHUP, and
+/// which the filter refuses to renice) or another call's. A command forked from the host must
+/// not share the host's session: it could join the user's shell's process group and make the
+/// kernel send it SIGHUP as an orphaned group. When it cannot tell whether a terminal is held
+/// (/dev/tty fails otherwise than with ENXIO, the ioctl fails) it leads a new session instead
+/// (`enter_own_session`), as strict and slower. Returns the failed step, or error 0.
+/// Async-signal-safe.
 [[nodiscard]] inline ChildStep enter_own_process_group() noexcept {
   const int terminal = ::open("/dev/tty", O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
   if (terminal < 0 ? errno != ENXIO : ::ioctl(terminal, TIOCNOTTY) != 0) {

@@ -319,6 +319,7 @@ struct LaunchWire {
         fd = descriptor(in.word());
       }
       plan.terminal = descriptor(in.word());
+      plan.zygote_session = inherited_syscall_filter != nullptr; // forked from a zygote
       plan.null_stdin = in.word() != 0;
       const auto mask = static_cast<::mode_t>(in.word() & 0777U);
       const auto limit = static_cast<long long>(in.word());
@@ -422,6 +423,9 @@ template <class Command> void fork_supervisor(int control, std::array<int, 3> in
   const ::pid_t supervisor = ::fork();
   if (supervisor == 0) {
     close_parent_sockets(inherited);
+    // A group of its own, so that no other call's command can join a group holding it (a
+    // zygote's session is shared by its calls: run_filtered_zygote).
+    static_cast<void>(::setpgid(0, 0));
     LaunchWire::serve<Command>(control);
   }
   if (supervisor < 0) {
@@ -449,7 +453,15 @@ inline constexpr char zygote_ready = 'Z';
 /// calls itself, and each child installs its filter (or fails closed) as before. Never returns.
 template <class Command>
 [[noreturn]] void run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& program) noexcept {
-  if (::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 || install_syscall_filter(program) != 0) {
+  // A session of its own, once: the commands of its calls stay in it (StartPlan::zygote_session),
+  // so that a call makes no session, and so no scheduling group, of its own
+  // (docs/performance.md). It ignores SIGHUP, which the kernel sends to an orphaned process
+  // group that a command's stopped process joined, Landlock's signal scope notwithstanding.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigemptyset(&ignore.sa_mask);
+  if (::setsid() < 0 || ::sigaction(SIGHUP, &ignore, nullptr) != 0 ||
+      ::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0 || install_syscall_filter(program) != 0) {
     ::_exit(1);
   }
   // Only the bounding set: the supervisor and the child still need their effective

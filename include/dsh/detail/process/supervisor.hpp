@@ -164,9 +164,10 @@ struct StartPlan {
   /// Stay in the caller's session: the command is the child `exec_in_child` forked into the new
   /// PID namespace, and the session (with its controlling terminal) is its parent's.
   bool keep_session = false;
-  /// Lead a new session even under the system-call filter (`exec_in_child`'s promise), rather
-  /// than a process group of its own in the caller's session.
-  bool new_session = false;
+  /// The supervisor was forked from a launcher's zygote, which leads a session of its own that
+  /// only its calls share (`run_filtered_zygote`): a command under the filter, off the terminal
+  /// family, stays in it with a process group of its own instead of leading a new session.
+  bool zygote_session = false;
 };
 
 /// Throws the error a failed start of `program` under the `mode` fence reported (`report`), or
