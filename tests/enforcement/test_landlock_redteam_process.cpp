@@ -368,6 +368,8 @@ TEST_CASE("redteam: a command cannot renice a process group it joins, reach the 
   const Pty pty(24, 80);
   const int slave = pty.slave();
   open_lab_and_tmp_to_nobody(lab);
+  use_launcher_nobody_reaches(lab); // the build directory may be closed to uid 65534
+  const LauncherRestorer restore;
   for (const bool unprivileged : host_table) {
     CAPTURE(unprivileged);
     const std::string seen = as_host_with_copy(unprivileged, [&] {
@@ -441,6 +443,8 @@ TEST_CASE("redteam: an orphaned process group a command makes hangs up neither t
   const Pty pty(24, 80);
   const int slave = pty.slave();
   open_lab_and_tmp_to_nobody(lab);
+  use_launcher_nobody_reaches(lab); // the build directory may be closed to uid 65534
+  const LauncherRestorer restore;
   for (const bool unprivileged : host_table) {
     CAPTURE(unprivileged);
     const std::string seen = as_host_with_copy(unprivileged, [&] {

@@ -42,9 +42,6 @@ using namespace dsh::test;
 
 namespace {
 
-/// The launcher this build compiled in.
-const std::filesystem::path built_launcher = DSH_SANDBOX_POLICY_LAUNCHER;
-
 /// The parent pid of `pid` (field 4 of /proc/<pid>/stat), or -1.
 ::pid_t parent_of(::pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -149,34 +146,6 @@ std::string as_expected(const std::string& text, const std::string& expected) {
   both.append(expected).append("got:\n").append(text);
   return both;
 }
-
-/// Makes a copy of the build's launcher in the laboratory's base the launcher of this (forked)
-/// host: the build directory may be one uid 65534 cannot enter (CI builds under a 0700 mktemp
-/// directory), and a host that cannot start its launcher forks instead, which these tests must
-/// not mistake for the launcher's behaviour.
-void use_launcher_nobody_reaches(const Lab& lab) {
-  const std::filesystem::path copy = lab.base() / "dsh-fence-launcher";
-  if (!std::filesystem::exists(copy)) {
-    std::filesystem::copy_file(built_launcher, copy);
-    REQUIRE(::chmod(copy.c_str(), 0755) == 0);
-  }
-  FenceLauncher::use(copy);
-}
-
-/// Restores the build's launcher when a test that configured another one ends.
-struct LauncherRestorer {
-  LauncherRestorer() = default;
-  LauncherRestorer(const LauncherRestorer&) = delete;
-  LauncherRestorer& operator=(const LauncherRestorer&) = delete;
-  ~LauncherRestorer() {
-    try {
-      FenceLauncher::use(built_launcher);
-    } catch (const std::exception& error) { // the build's launcher path is absolute: not expected
-      std::fprintf(stderr, "cannot restore the build's launcher: %s\n", error.what());
-      std::abort();
-    }
-  }
-};
 
 /// Runs `each(unprivileged)` for the root host and, when the test runs as root, for uid 65534,
 /// with the laboratory opened to uid 65534 and a copy of the launcher it can reach configured

@@ -8,11 +8,13 @@
 #include "support/process.hpp"
 #include "support/users.hpp"
 
+#include <dsh/fence_launcher.hpp>
 #include <dsh/landlock.hpp>
 
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -24,6 +26,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -173,5 +176,40 @@ inline void over_host_table(const Lab& lab, std::span<const std::filesystem::pat
 inline void over_host_table(const Lab& lab, const std::function<void(bool unprivileged)>& attempt) {
   over_host_table(lab, {}, attempt);
 }
+
+#if defined(DSH_SANDBOX_POLICY_LAUNCHER)
+/// The launcher this build compiled in.
+inline const std::filesystem::path built_launcher = DSH_SANDBOX_POLICY_LAUNCHER;
+
+/// Makes a copy of the build's launcher in the laboratory's base the launcher of this (forked)
+/// host: the build directory may be one uid 65534 cannot enter (CI builds under a 0700 mktemp
+/// directory), and a host that cannot start its launcher forks instead, which these tests must
+/// not mistake for the launcher's behaviour.
+inline void use_launcher_nobody_reaches(const Lab& lab) {
+  const std::filesystem::path copy = lab.base() / "dsh-fence-launcher";
+  if (!std::filesystem::exists(copy)) {
+    std::filesystem::copy_file(built_launcher, copy);
+    REQUIRE(::chmod(copy.c_str(), 0755) == 0);
+  }
+  FenceLauncher::use(copy);
+}
+
+/// Restores the build's launcher when a test that configured another one ends.
+struct LauncherRestorer {
+  LauncherRestorer() = default;
+  LauncherRestorer(const LauncherRestorer&) = delete;
+  LauncherRestorer& operator=(const LauncherRestorer&) = delete;
+  LauncherRestorer(LauncherRestorer&&) = delete;
+  LauncherRestorer& operator=(LauncherRestorer&&) = delete;
+  ~LauncherRestorer() {
+    try {
+      FenceLauncher::use(built_launcher);
+    } catch (const std::exception& error) { // the build's launcher path is absolute: not expected
+      std::fprintf(stderr, "cannot restore the build's launcher: %s\n", error.what());
+      std::abort();
+    }
+  }
+};
+#endif
 
 } // namespace dsh::test

@@ -420,22 +420,31 @@ inline void close_parent_sockets(const std::array<int, 3>& fds) noexcept {
 /// entries are skipped), then serves the call (`LaunchWire::serve`); when the fork fails, the
 /// host gets a supervision failure naming it. The caller still owns `control` and closes it.
 template <class Command> void fork_supervisor(int control, std::array<int, 3> inherited) noexcept {
-  const ::pid_t supervisor = ::fork();
-  if (supervisor == 0) {
-    close_parent_sockets(inherited);
-    // A group of its own, so that no other call's command can join a group holding it (a
-    // zygote's session is shared by its calls: run_filtered_zygote).
-    static_cast<void>(::setpgid(0, 0));
-    LaunchWire::serve<Command>(control);
-  }
-  if (supervisor < 0) {
+  const auto report_failure = [control](int error, const char* step) noexcept {
     SupervisorReport report{};
     report.kind = SupervisorReport::failed;
     report.stage = static_cast<int>(ChildStage::supervision);
-    report.error = errno;
+    report.error = error;
     report.detail = -1;
-    std::memcpy(report.step.data(), "fork", 5);
+    for (std::size_t i = 0; i + 1 < report.step.size() && step[i] != '\0'; ++i) {
+      report.step[i] = step[i];
+    }
     static_cast<void>(write_all(control, reinterpret_cast<const char*>(&report), sizeof report));
+  };
+  const ::pid_t supervisor = ::fork();
+  if (supervisor == 0) {
+    close_parent_sockets(inherited);
+    // A group of its own, so that no command can leave a group holding it orphaned with a
+    // stopped member (the kernel's SIGHUP): a zygote's session is shared by its calls
+    // (run_filtered_zygote). Fails closed.
+    if (::setpgid(0, 0) != 0) {
+      report_failure(errno, "setpgid");
+      ::_exit(Command::cannot_run_exit_code);
+    }
+    LaunchWire::serve<Command>(control);
+  }
+  if (supervisor < 0) {
+    report_failure(errno, "fork");
   }
 }
 
