@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/ipc.h>
 #include <sys/prctl.h>
@@ -57,10 +58,25 @@ namespace {
   return parent;
 }
 
+/// The text of /proc file `path`, or "" when it cannot be read: the process may end between
+/// the open and the read (ESRCH), which an std::ifstream reports by throwing.
+std::string proc_text(const std::string& path) {
+  std::string text;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return text;
+  }
+  std::array<char, 4096> buffer{};
+  for (::ssize_t got = 0; (got = ::read(fd, buffer.data(), buffer.size())) > 0;) {
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  ::close(fd);
+  return text;
+}
+
 /// True while `pid` names a process that is not a zombie.
 bool running(::pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const std::string text = proc_text("/proc/" + std::to_string(pid) + "/stat");
   const std::size_t close = text.rfind(')');
   return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
 }
@@ -68,7 +84,7 @@ bool running(::pid_t pid) {
 /// The children of `pid` (/proc/<pid>/task/<pid>/children), in the kernel's order.
 std::vector<::pid_t> children_of(::pid_t pid) {
   const std::string id = std::to_string(pid);
-  std::ifstream list("/proc/" + id + "/task/" + id + "/children");
+  std::istringstream list(proc_text("/proc/" + id + "/task/" + id + "/children"));
   std::vector<::pid_t> children;
   for (::pid_t child = 0; list >> child;) {
     children.push_back(child);

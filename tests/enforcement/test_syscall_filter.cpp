@@ -227,7 +227,7 @@ int check_rows(const Program& program, const Entry& entry, bool refuse_sysv_ipc,
         break;
       case RuleCheck::own_priority: // setpriority(which, who, prio)
         CHECK(is({PRIO_PROCESS, 0, 10}) == allow);
-        CHECK(is({PRIO_PGRP, 0, 10}) == refuse); // even its own group: it may have joined the host's
+        CHECK(is({PRIO_PGRP, 0, 10}) == refuse); // even its own: it may have joined the zygote's
         CHECK(is({PRIO_USER, 0, 10}) == refuse);
         CHECK(is({PRIO_PROCESS, pid, 10}) == refuse);
         CHECK(is({PRIO_PGRP, pid, 10}) == refuse);
@@ -769,7 +769,7 @@ TEST_CASE("syscall filter: setpriority on another process is refused; the caller
             errno = 0;
             return ::getpriority(PRIO_PROCESS, 0) == 5 && errno == 0 ? 0 : wrong_result;
           }) == 0);
-    // Not even a group of its own: a command may have joined a group of the host's session.
+    // Not even a group of its own: a command may have joined the zygote's group.
     CHECK(filtered(uid, [&] {
             return ::setpgid(0, 0) != 0 ? wrong_result : errno_of(::setpriority(PRIO_PGRP, 0, 7));
           }) == EPERM);
