@@ -10,27 +10,32 @@
 #include <dsh/landlock.hpp>
 
 #include <array>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/ipc.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/shm.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,11 +79,27 @@ std::string proc_text(const std::string& path) {
   return text;
 }
 
-/// True while `pid` names a process that is not a zombie.
+/// True while a thread of the process `pid` has not exited; throws std::runtime_error when the
+/// kernel cannot say. Not the state letter of /proc/PID/stat: a leader that exited shows Z while
+/// another of its threads (ThreadSanitizer's background thread in a sanitized launcher's zygote)
+/// still holds the process's descriptors, and a tsan CI run read such a zygote as gone while
+/// its socket still took calls. A pidfd reads ready only once the whole thread group exited.
 bool running(::pid_t pid) {
-  const std::string text = proc_text("/proc/" + std::to_string(pid) + "/stat");
-  const std::size_t close = text.rfind(')');
-  return close != std::string::npos && text.size() > close + 2 && text[close + 2] != 'Z';
+  const auto fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
+  if (fd < 0) {
+    if (errno == ESRCH) {
+      return false; // reaped
+    }
+    throw std::runtime_error("pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno));
+  }
+  pollfd ready{fd, POLLIN, 0};
+  const int got = ::poll(&ready, 1, 0);
+  const int error = errno;
+  ::close(fd);
+  if (got < 0) {
+    throw std::runtime_error("poll(pidfd of " + std::to_string(pid) + "): " + std::strerror(error));
+  }
+  return got == 0;
 }
 
 /// The children of `pid` (/proc/<pid>/task/<pid>/children), in the kernel's order.
