@@ -48,21 +48,6 @@ using namespace dsh::test;
 
 namespace {
 
-/// The parent pid of `pid` (field 4 of /proc/<pid>/stat), or -1.
-::pid_t parent_of(::pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  const std::size_t close = text.rfind(')');
-  if (close == std::string::npos) {
-    return -1;
-  }
-  std::istringstream rest(text.substr(close + 2));
-  std::string state;
-  ::pid_t parent = -1;
-  rest >> state >> parent;
-  return parent;
-}
-
 /// The text of /proc file `path`, or "" when it cannot be read: the process may end between
 /// the open and the read (ESRCH), which an std::ifstream reports by throwing.
 std::string proc_text(const std::string& path) {
@@ -77,6 +62,20 @@ std::string proc_text(const std::string& path) {
   }
   ::close(fd);
   return text;
+}
+
+/// The parent pid of `pid` (field 4 of /proc/<pid>/stat), or -1.
+::pid_t parent_of(::pid_t pid) {
+  const std::string text = proc_text("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t close = text.rfind(')');
+  if (close == std::string::npos) {
+    return -1;
+  }
+  std::istringstream rest(text.substr(close + 2));
+  std::string state;
+  ::pid_t parent = -1;
+  rest >> state >> parent;
+  return parent;
 }
 
 /// True while a thread of the process `pid` has not exited; throws std::runtime_error when the
@@ -132,8 +131,7 @@ std::string filter_fields_in(const std::string& status) {
 
 /// The text of /proc/<pid>/status ("self" when `pid` is 0); "" when it cannot be read.
 std::string status_of(::pid_t pid) {
-  std::ifstream status("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
-  return {std::istreambuf_iterator<char>(status), std::istreambuf_iterator<char>()};
+  return proc_text("/proc/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status");
 }
 
 /// `filter_fields_in` of /proc/<pid>/status ("self" when `pid` is 0).
