@@ -6,6 +6,7 @@
 #include "support/landlock.hpp"
 #include "support/seccomp.hpp"
 
+#include <dsh/detail/process/supervisor.hpp>
 #include <dsh/fence_launcher.hpp>
 #include <dsh/landlock.hpp>
 
@@ -586,6 +587,25 @@ TEST_CASE("the first call a new zygote serves may fail to start or be abandoned:
   });
   CHECK(result ==
         "not started: " + std::generic_category().message(ENOENT) + "\n1 zygote\na new zygote\nabandoned\nnext\n");
+}
+
+TEST_CASE("a call that ends without a report says what ended: a wait status when the host forked it, else not") {
+  // The first case is what the host hears when a zygote dies between taking a call and forking
+  // its supervisor (no wait status exists: the host is not the supervisor's parent).
+  const auto message = [](int status) {
+    try {
+      dsh::detail::throw_start_failure("/usr/bin/sleep", "workspace-write", dsh::detail::SupervisorReport{}, status);
+    } catch (const dsh::SystemError& error) {
+      return std::string(error.what()) + " [" + std::to_string(error.code().value()) + "]";
+    }
+    return std::string("nothing thrown");
+  };
+  const std::string no_child = std::generic_category().message(ECHILD) + " [" + std::to_string(ECHILD) + "]";
+  CHECK(message(-1) == "cannot run \"/usr/bin/sleep\": the call ended before its command started (its supervisor, or "
+                       "the launcher's process that was to fork it, ended first): " +
+                           no_child);
+  CHECK(message(9) ==
+        "cannot run \"/usr/bin/sleep\": its supervisor ended before starting it (wait status 9): " + no_child);
 }
 
 TEST_CASE("when the host dies its launcher and its zygote exit and its calls end") {

@@ -171,13 +171,20 @@ struct StartPlan {
 };
 
 /// Throws the error a failed start of `program` under the `mode` fence reported (`report`), or
-/// that its supervisor died first (`status` is its raw wait status): `LandlockError` when the
-/// child could not enter the fence or drop its capabilities, `ProcessError` when its processes
-/// cannot be supervised, `SystemError` for a failed setup step or exec, or a supervisor that
-/// ended before starting it.
+/// that its supervisor died first (`status` is its raw wait status, or negative for a supervisor
+/// the launcher forks, which the host cannot wait for): `LandlockError` when the child could not
+/// enter the fence or drop its capabilities, `ProcessError` when its processes cannot be
+/// supervised, `SystemError` for a failed setup step or exec (its errno), or ECHILD for a
+/// supervisor that ended before starting it.
 [[noreturn]] inline void throw_start_failure(std::string_view program, std::string_view mode,
                                              const SupervisorReport& report, int status) {
   const std::string what = "cannot run " + json_string_literal(program);
+  if (report.kind != SupervisorReport::failed && status < 0) {
+    // No wait status to give: the call's socket closed without a report. A zygote killed after
+    // the launcher handed it the call, and before it forked the supervisor, ends it so too.
+    throw SystemError(ECHILD, what + ": the call ended before its command started (its supervisor, or the launcher's "
+                                     "process that was to fork it, ended first)");
+  }
   if (report.kind != SupervisorReport::failed) {
     throw SystemError(ECHILD,
                       what + ": its supervisor ended before starting it (wait status " + std::to_string(status) + ")");
