@@ -87,10 +87,11 @@ std::string proc_text(const std::string& path) {
 bool running(::pid_t pid) {
   const auto fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0U));
   if (fd < 0) {
-    if (errno == ESRCH) {
+    const int error = errno;
+    if (error == ESRCH) {
       return false; // reaped
     }
-    throw std::runtime_error("pidfd_open(" + std::to_string(pid) + "): " + std::strerror(errno));
+    throw std::runtime_error("pidfd_open(" + std::to_string(pid) + "): " + std::strerror(error));
   }
   pollfd ready{fd, POLLIN, 0};
   const int got = ::poll(&ready, 1, 0);
@@ -589,7 +590,8 @@ TEST_CASE("the first call a new zygote serves may fail to start or be abandoned:
         "not started: " + std::generic_category().message(ENOENT) + "\n1 zygote\na new zygote\nabandoned\nnext\n");
 }
 
-TEST_CASE("a call that ends without a report says what ended: a wait status when the host forked it, else not") {
+TEST_CASE(
+    "a call that ends without a report says what ended: a wait status when the host forked it and none otherwise") {
   // The first case is what the host hears when a zygote dies between taking a call and forking
   // its supervisor (no wait status exists: the host is not the supervisor's parent).
   const auto message = [](int status) {
