@@ -70,8 +70,9 @@ struct LandlockRight {
 /// (ABI 5), which gates the driver ioctls of a device opened after the fence (a terminal's
 /// TCSETS among them); and RESOLVE_UNIX (ABI 9, Linux 7.1), which gates connect(2) and
 /// sendmsg(2) to a pathname unix socket, so that a daemon listening outside the grants (docker,
-/// the session bus, an agent) cannot act for the command. Deliberately absent: EXECUTE,
-/// READ_FILE and READ_DIR (reads and execution are never restricted).
+/// the session bus, an agent) cannot act for the command. Deliberately absent: EXECUTE and
+/// READ_DIR (listing and execution are never restricted), and READ_FILE, which only the read
+/// fence handles (`landlock_read_file`).
 inline constexpr std::array<LandlockRight, 14> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 1, "write_file", 1, true},
     {1ULL << 4, "remove_dir", 1, false},
@@ -88,6 +89,15 @@ inline constexpr std::array<LandlockRight, 14> LANDLOCK_WRITE_RIGHTS{{
     {1ULL << 15, "ioctl_dev", 5, true},
     {1ULL << 16, "resolve_unix", 9, true},
 }};
+
+/// LANDLOCK_ACCESS_FS_READ_FILE (Landlock ABI 1). Not a write-class right and not in
+/// `LANDLOCK_WRITE_RIGHTS`: the fence handles it only to keep the host's devices (another
+/// terminal, input devices, disks) out of a command's reads, and grants it everywhere else
+/// (`FenceReport::unreadable`, docs/enforcement.md#reading-devices).
+inline constexpr std::uint64_t landlock_read_file = 1ULL << 2;
+
+/// LANDLOCK_ACCESS_FS_REFER (Landlock ABI 2), in `LANDLOCK_WRITE_RIGHTS` as "refer".
+inline constexpr std::uint64_t landlock_refer = 1ULL << 13;
 
 /// LANDLOCK_ACCESS_FS_RESOLVE_UNIX (Landlock ABI 9): granted only beneath the writable
 /// directories, so the command reaches the sockets of its own servers there and no other.
@@ -230,7 +240,16 @@ struct FenceReport {
   std::uint64_t unenforced = 0;   ///< write rights this library knows but the kernel's ABI does not: NOT restricted
   std::uint64_t scoped = 0;       ///< landlock_scope_* bits in force (ABI 6+): signals, abstract unix sockets
   std::uint64_t handled_net = 0;  ///< landlock_net_* bits refused everywhere (FenceOptions::deny_tcp)
-  std::vector<FenceGrant> grants; ///< in the order the rules were added
+  std::vector<FenceGrant> grants; ///< in the order the rules were added (each also lets the command read beneath it)
+  /// Where reading a file is refused (Landlock's read_file handled and granted on everything
+  /// else): "/dev" and every devpts or devtmpfs mount outside it, but `readable_devices`.
+  /// Empty when reads are not fenced: the namespace layer's fresh /dev applies (the other
+  /// device mounts are then out of view), or Landlock is unavailable.
+  std::vector<std::filesystem::path> unreadable{};
+  /// The devices a command may still read beneath `unreadable`: /dev/null, /dev/zero,
+  /// /dev/full, /dev/random, /dev/urandom (those that exist), and with
+  /// FenceOptions::terminal its terminal and /dev/tty.
+  std::vector<std::filesystem::path> readable_devices{};
   std::vector<std::string> notes; ///< areas or devices not granted and why; missing scopes; the reason when unfenced
   /// The session's private temporary directory (workspace-write), granted to this session
   /// alone; the command's TMPDIR points at it. Empty when none.
@@ -252,7 +271,7 @@ struct FenceReport {
   std::vector<FenceLayer> layers{};
 
   /// One line: status, mode, ABI, handled and unenforced rights, scopes, refused TCP access,
-  /// grants, the namespace layer's rows and notes; paths as JSON string literals.
+  /// grants, where reads are refused, the namespace layer's rows and notes; paths as JSON string literals.
   [[nodiscard]] std::string describe() const {
     std::string text = std::string(to_string(status)) + " " + std::string(to_string(mode));
     if (abi > 0) {
@@ -282,6 +301,19 @@ struct FenceReport {
       }
       if (grants.empty()) {
         text += " nothing";
+      }
+      if (!unreadable.empty()) {
+        text += "; reads refused beneath";
+        for (std::size_t i = 0; i < unreadable.size(); ++i) {
+          text += (i == 0 ? " " : ", ") + json_string_literal(unreadable[i].native());
+        }
+        text += " but";
+        for (std::size_t i = 0; i < readable_devices.size(); ++i) {
+          text += (i == 0 ? " " : ", ") + json_string_literal(readable_devices[i].native());
+        }
+        if (readable_devices.empty()) {
+          text += " nothing";
+        }
       }
     }
     if (!temporary_directory.empty()) {

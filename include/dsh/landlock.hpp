@@ -8,8 +8,10 @@
 // `FencedCommand` wraps the whole fork/apply/exec sequence.
 //
 // What is restricted: every write-class filesystem right the running kernel's Landlock ABI
-// knows (the `LANDLOCK_WRITE_RIGHTS` table). Reading, listing, executing and device ioctls
-// are never restricted. See README "Enforcement" for what Landlock does not cover.
+// knows (the `LANDLOCK_WRITE_RIGHTS` table), device ioctls but on the devices a command drives,
+// and reading beneath the device trees (/dev and every devpts or devtmpfs mount) without the
+// namespace layer. Reading elsewhere, listing and executing are never restricted. See
+// docs/enforcement.md for what Landlock does not cover.
 //
 // The header reads: the error, the rights and the fence's report and options, the capabilities
 // a fence drops, `PreparedFence`, then `FencedChild` and `FencedCommand`. The kernel interface,

@@ -12,6 +12,7 @@
 #include <dsh/detail/fence/mount_table.hpp>
 #include <dsh/detail/fence/namespace_layer.hpp>
 #include <dsh/detail/fence/private_temporary.hpp>
+#include <dsh/detail/fence/read_fence.hpp>
 #include <dsh/detail/fence/syscall_filter.hpp>
 #include <dsh/detail/fence/temporary_areas.hpp>
 #include <dsh/detail/path_trust.hpp>
@@ -88,6 +89,10 @@ public:
   /// FenceOptions) is skipped with a note. Both modes also scope signals and abstract unix
   /// sockets to the command's own processes where the kernel can (ABI 6), refuse TCP with
   /// `options.deny_tcp`, and prepare the system-call filter (with or without Landlock).
+  /// Without the namespace layer both also enter the read fence, a second ruleset that refuses
+  /// reading beneath /dev and every other devpts or devtmpfs mount but the null and random
+  /// devices and the command's terminal (`report().unreadable`,
+  /// docs/enforcement.md#reading-devices).
   /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
   /// Read-only and workspace-write then get the namespace layer (`options.isolation`,
   /// docs/enforcement.md#the-namespace-layer): probed now, its rows in `report().layers`, the
@@ -105,9 +110,10 @@ public:
   /// or, with the layer, when the protected paths cannot be known or a placeholder cannot be made.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
-    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment, true);
     fence.add_namespace_layer(policy, options, environment,
                               detail::protected_entries(policy.workspace_root, policy.protected_paths));
+    fence.fence_reads();
     fence.policy_ = policy;
     return fence;
   }
@@ -117,8 +123,9 @@ public:
   [[nodiscard]] static PreparedFence prepare_with_protected(const ResolvedPolicy& policy, const FenceOptions& options,
                                                             const detail::ProtectedScan& scan) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
-    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment);
+    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment, true);
     fence.add_namespace_layer(policy, options, environment, scan);
+    fence.fence_reads();
     fence.policy_ = policy;
     return fence;
   }
@@ -211,7 +218,7 @@ public:
 
 private:
   friend PreparedFence detail::prepare_fence(const ResolvedPolicy&, const FenceOptions&, detail::LandlockProbe,
-                                             const detail::HostEnvironment&);
+                                             const detail::HostEnvironment&, bool);
   PreparedFence(FenceReport report, UniqueFd ruleset, detail::OwnedDirectory temporary = {},
                 std::vector<detail::SyscallFilterInstruction> filter = {},
                 std::vector<detail::SyscallFilterInstruction> refusing_filter = {})
@@ -230,7 +237,7 @@ private:
   /// IPC namespace, and TMPDIR=/tmp when /tmp is the private directory.
   void add_namespace_layer(const ResolvedPolicy& policy, const FenceOptions& options,
                            const detail::HostEnvironment& environment, const detail::ProtectedScan& scan) {
-    namespaces_ = detail::plan_namespace_layer(policy, options, environment, scan, report_);
+    namespaces_ = detail::plan_namespace_layer(policy, options, environment, scan, report_, mount_table_);
     if (!namespaces_.active) {
       return;
     }
@@ -240,6 +247,40 @@ private:
     if (namespaces_.temporary_areas && !namespaces_.temporary.empty()) {
       tmpdir_assignment_ = "TMPDIR=" + namespaces_.temporary_targets.front();
     }
+  }
+
+  /// The read fence of an enforced fence, once the namespace layer is planned
+  /// (docs/enforcement.md#reading-devices): none with the layer, whose fresh /dev holds only the
+  /// readable devices and whose empty views hide the other device trees; without it, the shared
+  /// ruleset of `detail::shared_read_fence`, with the command's terminal and every grant beneath
+  /// a device tree readable too, entered after the fence's own. Throws what
+  /// `detail::shared_read_fence` throws.
+  void fence_reads() {
+#if DSH_SANDBOX_POLICY_HAS_LANDLOCK
+    if (report_.status != FenceStatus::enforced || namespaces_.active) {
+      return;
+    }
+    if (!mount_table_) {
+      mount_table_ = detail::current_mount_table();
+    }
+    const std::vector<std::filesystem::path> trees = detail::device_trees(*mount_table_);
+    std::vector<std::filesystem::path> extras = terminal_devices_;
+    for (const FenceGrant& grant : report_.grants) {
+      if (std::find(detail::readable_device_names.begin(), detail::readable_device_names.end(), grant.path.native()) ==
+              detail::readable_device_names.end() &&
+          std::any_of(trees.begin(), trees.end(),
+                      [&grant](const std::filesystem::path& tree) { return detail::is_within(grant.path, tree); }) &&
+          std::find(extras.begin(), extras.end(), grant.path) == extras.end()) {
+        extras.push_back(grant.path);
+      }
+    }
+    const std::shared_ptr<const detail::ReadFence> reads = detail::shared_read_fence(
+        mount_table_, extras, report_.abi, "Landlock fence for " + std::string(to_string(report_.mode)));
+    report_.unreadable = reads->trees;
+    report_.readable_devices = reads->devices;
+    read_ruleset_ = std::shared_ptr<const UniqueFd>(reads, &reads->ruleset);
+    mount_table_.reset();
+#endif
   }
 
   /// The part of the layer a supervisor enters itself, before it starts the command with
@@ -317,6 +358,9 @@ private:
       if (::syscall(detail::sys_landlock_restrict_self, ruleset_.get(), 0U) != 0) {
         return {errno, "landlock_restrict_self"};
       }
+      if (read_ruleset_ && ::syscall(detail::sys_landlock_restrict_self, read_ruleset_->get(), 0U) != 0) {
+        return {errno, "landlock_restrict_self (the read fence)"};
+      }
 #else
       return {ENOSYS, "landlock_restrict_self"};
 #endif
@@ -342,6 +386,10 @@ private:
   std::vector<detail::SyscallFilterInstruction> refusing_filter_; // refusing System V IPC too
   std::string tmpdir_assignment_;    // "TMPDIR=<temporary_directory>", prebuilt for the child; empty when none
   detail::NamespacePlan namespaces_; // the namespace layer's steps; inactive when it does not apply
+  std::vector<std::filesystem::path> terminal_devices_; // FenceOptions::terminal and /dev/tty, when granted
+  // the mount table prepare read, until the read fence is made
+  std::shared_ptr<const std::vector<detail::MountEntry>> mount_table_;
+  std::shared_ptr<const UniqueFd> read_ruleset_; // the read fence's ruleset, shared; null when none
 };
 
 } // namespace dsh
@@ -368,7 +416,8 @@ namespace dsh::detail {
 /// The fence body, with the kernel probe and the host's environment passed in so that every
 /// branch (including "no Landlock" and older ABIs) runs in tests on any kernel.
 [[nodiscard]] inline PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                                 LandlockProbe probe, const HostEnvironment& environment) {
+                                                 LandlockProbe probe, const HostEnvironment& environment,
+                                                 bool reads_later) {
   FenceReport report;
   report.mode = policy.mode;
   report.abi = probe.abi;
@@ -476,6 +525,7 @@ namespace dsh::detail {
       report.notes.push_back("skipped " + json_string_literal(device) + ": " + why);
     }
   }
+  std::vector<std::filesystem::path> terminal_devices;
   if (!options.terminal.empty()) {
     const std::filesystem::path terminal = canonical_path(options.terminal);
     if (const std::string why = not_a_pseudo_terminal(terminal); !why.empty()) {
@@ -487,8 +537,11 @@ namespace dsh::detail {
         throw LandlockError(
             concat(subject, ": cannot grant the command's terminal ", json_string_literal(device.native()), ": ", why));
       }
+      terminal_devices.push_back(device);
     }
   }
+  const std::shared_ptr<const std::vector<MountEntry>> mount_table = current_mount_table();
+  const std::vector<MountEntry>& mounts = *mount_table;
   if (policy.mode == SandboxMode::workspace_write) {
     const std::filesystem::path& root = policy.workspace_root;
     const std::uint64_t directory_rights = report.handled & ~landlock_device_rights();
@@ -517,8 +570,6 @@ namespace dsh::detail {
         trusted.push_back(&path);
       }
     }
-    const std::shared_ptr<const std::vector<MountEntry>> mount_table = current_mount_table();
-    const std::vector<MountEntry>& mounts = *mount_table;
     std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts);
     // The session's private temporary directory: named now, made only once the workspace root
     // is known to expose nothing, so that a refused fence leaves nothing behind.
@@ -627,10 +678,17 @@ namespace dsh::detail {
       }
     }
   }
-  return PreparedFence{std::move(report), std::move(ruleset), std::move(owned_temporary), std::move(filter),
-                       std::move(refusing_filter)};
+  PreparedFence fence{std::move(report), std::move(ruleset), std::move(owned_temporary), std::move(filter),
+                      std::move(refusing_filter)};
+  fence.terminal_devices_ = std::move(terminal_devices);
+  fence.mount_table_ = mount_table;
+  if (!reads_later) {
+    fence.fence_reads();
+  }
+  return fence;
 #else
   (void)environment;
+  (void)reads_later;
   throw LandlockError(subject + ": Landlock reported ABI " + std::to_string(probe.abi) +
                       " but this build has no Landlock support");
 #endif

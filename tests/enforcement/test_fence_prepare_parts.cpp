@@ -7,7 +7,10 @@
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
@@ -16,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -23,6 +27,7 @@
 
 using dsh::canonical_path;
 using dsh::FenceOptions;
+using dsh::PreparedFence;
 using dsh::ResolvedPolicy;
 using dsh::SandboxMode;
 using dsh::detail::Guard;
@@ -303,6 +308,101 @@ TEST_CASE("the mount table is read on every call; an unchanged text reuses its p
       return 15;
     }
     return dsh::detail::current_mount_table() == renamed ? 0 : 16;
+  });
+  CHECK(status == 0);
+}
+
+TEST_CASE("the mount table gives each mount's type; the device trees are /dev and each device mount outside it") {
+  const std::string text = "24 1 0:6 / /dev rw - devtmpfs devtmpfs rw\n"
+                           "26 24 0:24 / /dev/pts rw - devpts devpts rw\n"
+                           "40 1 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n"
+                           "41 40 0:24 / /srv/chroot/dev/pts rw master:3 - devpts devpts rw\n"
+                           "42 40 0:6 / /srv/chroot/dev rw - devtmpfs devtmpfs rw\n"
+                           "43 40 0:6 / /mnt/dev\\040x rw - devtmpfs devtmpfs rw\n"
+                           "44 40 0:30 / /mnt/proc rw - proc proc rw\n"
+                           "45 40 0:24 /3 /devices rw - devpts devpts rw\n"
+                           "46 40 0:31 / /no-type rw\n"
+                           "not a mount line\n";
+  const std::vector<dsh::detail::MountEntry> mounts = dsh::detail::parse_mount_table(text);
+  std::vector<std::string> types;
+  types.reserve(mounts.size());
+  for (const dsh::detail::MountEntry& mount : mounts) {
+    types.push_back(mount.point.native() + " " + mount.type);
+  }
+  CHECK(types == std::vector<std::string>{"/dev devtmpfs", "/dev/pts devpts", "/ ext4", "/srv/chroot/dev/pts devpts",
+                                          "/srv/chroot/dev devtmpfs", "/mnt/dev x devtmpfs", "/mnt/proc proc",
+                                          "/devices devpts", "/no-type "});
+  // /srv/chroot/dev covers the pts mount listed before it; /devices is not beneath /dev.
+  CHECK(natives(dsh::detail::device_trees(mounts)) ==
+        std::vector<std::string>{"/dev", "/srv/chroot/dev", "/mnt/dev x", "/devices"});
+  CHECK(natives(dsh::detail::device_trees({})) == std::vector<std::string>{"/dev"});
+}
+
+TEST_CASE("a bind of the host's terminals outside /dev: the base fence refuses reads there, the layer hides it") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the bind is made in a private mount namespace of a root child");
+  }
+  const Lab lab;
+  // Beside the workspace, outside the temporary areas the layer replaces.
+  const std::string base = canonical_path(lab.outside()).native();
+  std::filesystem::create_directories(base + "/beside/pts");
+  write_file(base + "/beside/notes.txt", "beside\n");
+  write_file(base + "/kept.txt", "kept\n");
+  std::array<char, 64> name{};
+  const dsh::UniqueFd master{::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)};
+  REQUIRE(master);
+  REQUIRE(::grantpt(master.get()) == 0);
+  REQUIRE(::unlockpt(master.get()) == 0);
+  REQUIRE(::ptsname_r(master.get(), name.data(), name.size()) == 0);
+  const std::string number = std::filesystem::path(name.data()).filename().native();
+  const std::string through_bind = base + "/beside/pts/" + number;
+  // In a child with a mount namespace of its own: /dev/pts bound beside the workspace, then
+  // each fence prepared there (it reads that mount table) and entered by a grandchild.
+  const int status = dsh::test::unfenced([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("/dev/pts", (base + "/beside/pts").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return 10;
+    }
+    const auto opens = [](const std::string& path) {
+      const dsh::UniqueFd fd{::open(path.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+      return fd ? 0 : errno;
+    };
+    if (opens(through_bind) != 0) {
+      return 11; // the control: without the fence the bind reaches the terminal
+    }
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
+    const std::vector<std::filesystem::path>& unreadable = fence.report().unreadable;
+    if (std::find(unreadable.begin(), unreadable.end(), base + "/beside/pts") == unreadable.end()) {
+      return 12;
+    }
+    const int refused = dsh::test::fenced(fence, [&] { return opens(through_bind); });
+    const int by_name = dsh::test::fenced(fence, [&] { return opens(name.data()); });
+    const int beside = dsh::test::fenced(fence, [&] { return opens(base + "/beside/notes.txt"); });
+    const int kept = dsh::test::fenced(fence, [&] { return opens(base + "/kept.txt"); });
+    const int proc = dsh::test::fenced(fence, [&] { return opens("/proc/self/status"); });
+    const int urandom = dsh::test::fenced(fence, [&] { return opens("/dev/urandom"); });
+    if (refused != EACCES || by_name != EACCES || beside != 0 || kept != 0 || proc != 0 || urandom != 0) {
+      return 20 + (refused == EACCES ? 0 : 1) + (by_name == EACCES ? 0 : 2) + (beside == 0 ? 0 : 4) +
+             (kept == 0 ? 0 : 8) + (proc == 0 ? 0 : 16) + (urandom == 0 ? 0 : 32);
+    }
+    // With the layer the bind is an empty view, and nothing else is read-fenced. (A command's
+    // working directory must be in its view: not the test's, which may lie beneath /tmp.)
+    if (::chdir(lab.workspace().c_str()) != 0) {
+      return 14;
+    }
+    FenceOptions options;
+    options.isolation = dsh::Isolation::required;
+    const PreparedFence layered = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+    if (!layered.report().unreadable.empty()) {
+      return 13;
+    }
+    const int hidden = dsh::test::fenced(layered, [&] { return opens(through_bind); });
+    const int layered_kept = dsh::test::fenced(layered, [&] { return opens(base + "/kept.txt"); });
+    const int layered_proc = dsh::test::fenced(layered, [&] { return opens("/proc/self/status"); });
+    return hidden == ENOENT && layered_kept == 0 && layered_proc == 0
+               ? 0
+               : 100 + (hidden == ENOENT ? 0 : 1) + (layered_kept == 0 ? 0 : 2) + (layered_proc == 0 ? 0 : 4);
   });
   CHECK(status == 0);
 }

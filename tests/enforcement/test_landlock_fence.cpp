@@ -127,7 +127,9 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.scoped == (abi >= 6 ? dsh::landlock_scope_signal | dsh::landlock_scope_abstract_unix_socket : 0));
     CHECK(report.handled_net == 0);
     CHECK(report.notes.size() == (abi >= 6 ? 0U : 1U));
-    CHECK(report.describe() == "enforced read-only" + head + devices + filter + scope_note);
+    CHECK(report.unreadable.front() == "/dev");
+    CHECK(report.describe() ==
+          "enforced read-only" + head + devices + dsh::test::reads_refused_text() + filter + scope_note);
   }
   // The workspace-write fence of the session "session-1", its private directory made beneath
   // base/private, with $TMPDIR at a directory outside every platform area.
@@ -160,7 +162,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     CHECK(report.describe() ==
           "enforced workspace-write" + head + devices + "; " + dsh::json_string_literal(lab.workspace().native()) +
               all_but_devices + "; " + dsh::json_string_literal(own.native()) + all_but_devices +
-              "; temporary directory: " + dsh::json_string_literal(own.native()) + filter + scope_note);
+              dsh::test::reads_refused_text() + "; temporary directory: " + dsh::json_string_literal(own.native()) +
+              filter + scope_note);
     struct stat info {};
     REQUIRE(::lstat(own.c_str(), &info) == 0);
     CHECK(S_ISDIR(info.st_mode));
@@ -200,8 +203,8 @@ TEST_CASE("the report says what the fence enforces in each mode") {
     expected_notes +=
         "; skipped $TMPDIR " + dsh::json_string_literal(own_tmp.native()) + ": not beneath /tmp, /var/tmp or /dev/shm";
     CHECK(report.grants == expected);
-    CHECK(report.describe() ==
-          expected_text + "; temporary directory: " + dsh::json_string_literal(own.native()) + filter + expected_notes);
+    CHECK(report.describe() == expected_text + dsh::test::reads_refused_text() + "; temporary directory: " +
+                                   dsh::json_string_literal(own.native()) + filter + expected_notes);
   }
   SECTION("danger-full-access applies nothing") {
     const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::danger_full_access));

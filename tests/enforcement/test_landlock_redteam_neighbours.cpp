@@ -930,13 +930,16 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
     // The unprivileged host's terminal is its own (file permissions allow the open and the
     // ioctls): only the fence refuses.
     const std::string seen = as_host(unprivileged, run);
-    const std::string eacces = std::to_string(EACCES);
     std::string expected = "state 30x90\ncontrol tcsets=0 winsize=0 changed=1\n";
     for (const SandboxMode mode : fenced_modes) {
       for (const bool with_own : {false, true}) {
-        expected +=
-            dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal", ": tcsets=", eacces,
-                                " winsize=", eacces, " own tcsets=", with_own ? "0" : eacces, " unchanged=1\n");
+        // The read fence refuses the open by name (100 + EACCES) before the ioctl could be
+        // tried; the command's own terminal, granted with FenceOptions::terminal, opens and
+        // takes TCSETS.
+        const std::string refused_open = std::to_string(100 + EACCES);
+        expected += dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal",
+                                        ": tcsets=", refused_open, " winsize=", refused_open,
+                                        " own tcsets=", with_own ? "0" : refused_open, " unchanged=1\n");
       }
     }
     CHECK(seen == expected);
@@ -957,14 +960,14 @@ enum class Leave {
 /// reopens /dev/tty and either turns ECHO and ICANON off (`drive`) or writes "INJECTED" on its
 /// screen. When leaving is refused it goes on all the same: its /dev/tty is then still `own`.
 /// Returns 0 when every step succeeded; the errno of the /dev/tty step when only that failed;
-/// 100 + the errno of leaving when leaving was refused and the rest succeeded; 200 when another
-/// step failed.
+/// 100 + the errno of leaving when leaving was refused and the rest succeeded; 210 + the errno
+/// of leaving (0 when it succeeded) when the open of `name` failed (the /dev/tty step is tried
+/// all the same); 200 when another step failed.
 int take_over_terminal(int own, const std::string& name, const termios& current, bool drive, Leave leave) {
   const auto rest = [&](int left) {
+    // A refused open goes on all the same: /dev/tty then shows which terminal is still the
+    // controlling one.
     const dsh::UniqueFd taken{::open(name.c_str(), O_RDONLY | O_CLOEXEC)};
-    if (!taken) {
-      return 200;
-    }
     const dsh::UniqueFd tty{::open("/dev/tty", (drive ? O_RDONLY : O_WRONLY) | O_CLOEXEC)};
     int error = 0;
     if (!tty) {
@@ -975,6 +978,9 @@ int take_over_terminal(int own, const std::string& name, const termios& current,
       error = errno_of(::tcsetattr(tty.get(), TCSANOW, &changed));
     } else {
       error = ::write(tty.get(), "INJECTED\n", 9) == 9 ? 0 : errno;
+    }
+    if (!taken) {
+      return 210 + left;
     }
     if (left != 0) {
       return error == 0 ? 100 + left : 200;
@@ -1038,12 +1044,13 @@ std::string pending_output(int master) {
 // FenceOptions::terminal grants write_file and ioctl_dev on /dev/tty, and /dev/tty opens
 // whatever terminal controls the caller at that moment, not the one the host chose. A command
 // (read-only too) that could leave its terminal (a child's setsid(2), or TIOCNOTTY from the
-// command, which leads its session) could open by name, for reading (which no fence refuses), a
-// terminal no session controls: a pty the host holds for a later call or one whose session has
-// ended. It would become the command's controlling terminal, and /dev/tty would reconfigure it
-// and write on its screen (the control run shows it). With FenceOptions::terminal the
-// system-call filter refuses both ways out, so /dev/tty stays the command's own terminal;
-// without it, leaving is allowed and /dev/tty itself refused.
+// command, which leads its session) could open by name, for reading, a terminal no session
+// controls: a pty the host holds for a later call or one whose session has ended. It would
+// become the command's controlling terminal, and /dev/tty would reconfigure it and write on its
+// screen (the control run shows it). The read fence refuses that open (210 + the errno of
+// leaving); with FenceOptions::terminal the system-call filter also refuses both ways out, so
+// /dev/tty stays the command's own terminal; without it, leaving is allowed. Each line holds
+// alone: the open by name is refused whether or not leaving was.
 TEST_CASE("neighbours: with FenceOptions::terminal, a command cannot leave its terminal to take over another") {
   DSH_REQUIRE_LANDLOCK();
   if (dsh::landlock_abi() < 5) {
@@ -1088,25 +1095,103 @@ TEST_CASE("neighbours: with FenceOptions::terminal, a command cannot leave its t
       options.temporary_root = lab.base() / "private";
       // Without FenceOptions::terminal, leaving is allowed and /dev/tty refused.
       const PreparedFence refusing = prepare(lab.policy(mode), options);
-      CHECK(attempt(&refusing, true, leave) == EACCES);
-      CHECK(attempt(&refusing, false, leave) == EACCES);
+      CHECK(attempt(&refusing, true, leave) == 210);
+      CHECK(attempt(&refusing, false, leave) == 210);
       CHECK(terminal_state(user.slave()) == before);
       CHECK(pending_output(user.master()).empty());
 
-      // With it, leaving is refused (EPERM), and /dev/tty, still the command's own terminal,
-      // changes and shows only that one.
+      // With it, leaving is refused (EPERM), the open by name too, and /dev/tty, still the
+      // command's own terminal, changes and shows only that one.
       options.terminal = own.name();
       const PreparedFence fence = prepare(lab.policy(mode), options);
-      CHECK(attempt(&fence, true, leave) == 100 + EPERM);
+      CHECK(attempt(&fence, true, leave) == 210 + EPERM);
       CHECK(terminal_state(user.slave()) == before);
       CHECK(terminal_state(own.slave()) != own_before);
       restore(own, 24, 80, own_before);
-      CHECK(attempt(&fence, false, leave) == 100 + EPERM);
+      CHECK(attempt(&fence, false, leave) == 210 + EPERM);
       CHECK(pending_output(user.master()).empty());
       CHECK(pending_output(own.master()) == "INJECTED\r\n");
       CHECK(terminal_state(user.slave()) == before);
     }
   }
+}
+
+// Reading is not otherwise restricted, but a terminal read by name hands the reader what the
+// user types: its reads compete with the shell's, so keystrokes (a password among them) go to
+// the command instead. The read fence refuses read_file beneath /dev and every other devpts or
+// devtmpfs mount, but the null and random devices (and the command's own terminal with
+// FenceOptions::terminal); reading elsewhere is unchanged.
+TEST_CASE("neighbours: a command cannot read what is typed on another terminal") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  write_file(lab.outside() / "outside.txt", "outside-text\n");
+  const auto run = [&]() {
+    const Pty user(30, 90); // the user's terminal, where the host itself runs
+    const Pty own(24, 80);  // the command's own
+    const auto type = [&user](std::string_view line) {
+      return ::write(user.master(), line.data(), line.size()) == static_cast<::ssize_t>(line.size());
+    };
+    if (!type("hello\n")) {
+      return std::string("cannot type on the terminal");
+    }
+    // The control: without the fence a child reads the line by name, and the terminal's own
+    // reader then finds nothing.
+    const int control = unfenced([&] {
+      const dsh::UniqueFd fd{::open(user.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+      std::array<char, 16> line{};
+      return fd && ::read(fd.get(), line.data(), line.size()) == 6 && std::string_view(line.data(), 6) == "hello\n" ? 0
+                                                                                                                    : 1;
+    });
+    std::string text = "user " + user.name() + "\ncontrol read=" + std::to_string(control) +
+                       " left=" + std::to_string(pending_output(user.slave()).size()) + "\n";
+    if (!type("hello\n")) {
+      return text + "cannot type on the terminal";
+    }
+    const std::string script = "head -c 5 \"$USER_TTY\"; echo \"tty=$?\"; head -c 1 /dev/urandom | wc -c; "
+                               "head -c 3 /dev/zero | wc -c; cat /dev/null; echo \"null=$?\"; "
+                               "grep -c '^Name:' /proc/self/status; cat \"$OUTSIDE\"";
+    for (const SandboxMode mode : fenced_modes) {
+      for (const bool with_own : {false, true}) {
+        FenceOptions options;
+        options.temporary_root = lab.outside() / ("private-" + std::to_string(::geteuid())); // the host's own
+        if (with_own) {
+          options.terminal = own.name();
+        }
+        const PreparedFence fence = prepare(lab.policy(mode), options);
+        const int opened = fenced(fence, [&] {
+          const dsh::UniqueFd fd{::open(user.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+          return fd ? 0 : errno;
+        });
+        const int own_opened = fenced(fence, [&] {
+          const dsh::UniqueFd fd{::open(own.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+          return fd ? 0 : errno;
+        });
+        const Shell call = shell(fence, script, lab.workspace(),
+                                 {"USER_TTY=" + user.name(), "OUTSIDE=" + (lab.outside() / "outside.txt").native()});
+        text += dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal",
+                                    ": open=", std::to_string(opened), " own=", std::to_string(own_opened),
+                                    " status=", std::to_string(call.status), "\n", call.out, call.err);
+      }
+    }
+    // What the user typed is still there for the terminal's own reader.
+    return text + "left=" + pending_output(user.slave());
+  };
+  over_host_table(lab, [&](bool unprivileged) {
+    const std::string seen = as_host(unprivileged, run);
+    const std::string name = value_of(seen, "user ");
+    CHECK(name.starts_with("/dev/pts/"));
+    std::string expected = "user " + name + "\ncontrol read=0 left=0\n";
+    const std::string refused = std::to_string(EACCES);
+    for (const SandboxMode mode : fenced_modes) {
+      for (const bool with_own : {false, true}) {
+        expected +=
+            dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal", ": open=", refused,
+                                " own=", with_own ? "0" : refused, " status=0\ntty=1\n1\n3\nnull=0\n1\noutside-text\n");
+        expected += "head: cannot open '" + name + "' for reading: Permission denied\n";
+      }
+    }
+    CHECK(seen == expected + "left=hello\n");
+  });
 }
 
 TEST_CASE("neighbours: interactive programs work on the command's own terminal, and the user's stays refused") {

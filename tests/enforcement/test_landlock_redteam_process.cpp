@@ -403,12 +403,13 @@ TEST_CASE("redteam: a command cannot renice a process group it joins, reach the 
     // Through the launcher a filtered command stays in the session its zygote leads, in a group
     // of its own: it may join its supervisor's group (each supervisor has its own), never the
     // host's (another session's). Under the filter no group can be reniced, not even its own;
-    // the scheduling group is never writable under Landlock.
+    // the scheduling group is never writable under Landlock. No fenced command has a
+    // controlling terminal (ENXIO), and the read fence refuses /dev/tty first (EACCES).
     const auto attempt = [](bool forked, bool filtered) {
       const bool zygote = !forked && filtered;
       const std::string no_group = n(EPERM);
-      return "own-group=1 parent-session=" + std::string(zygote ? "1" : "0") + " tty=" + n(ENXIO) +
-             " autogroup=" + (filtered ? n(EACCES) : std::string("0")) +
+      return "own-group=1 parent-session=" + std::string(zygote ? "1" : "0") +
+             " tty=" + (filtered ? n(EACCES) : n(ENXIO)) + " autogroup=" + (filtered ? n(EACCES) : std::string("0")) +
              " join-parent=" + (zygote ? std::string("0") : no_group) + " join-host=" + n(EPERM) +
              " renice=" + (filtered ? n(EPERM) : std::string("0")) + " own=" + (zygote ? std::string("0") : no_group) +
              " explicit-own=" + (zygote ? std::string("0") : no_group) +

@@ -11,11 +11,13 @@
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <stdexcept>
@@ -63,6 +65,54 @@ inline std::string landlock_unavailable() {
 [[nodiscard]] inline PreparedFence prepare_base(const ResolvedPolicy& policy, FenceOptions options = {}) {
   options.isolation = Isolation::off;
   return PreparedFence::prepare(policy, options);
+}
+
+/// The device trees of this process's mount table, read here apart from the library: "/dev",
+/// then each devpts or devtmpfs mount point outside it and outside those listed before (the
+/// test machines' mount points need none of mountinfo's escapes).
+[[nodiscard]] inline std::vector<std::string> device_trees_seen() {
+  std::vector<std::string> trees{"/dev"};
+  std::ifstream table("/proc/self/mountinfo");
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, device, root, point, word;
+    fields >> id >> parent >> device >> root >> point;
+    while (fields >> word && word != "-") {
+    }
+    std::string type;
+    fields >> type;
+    const auto beneath = [&point](const std::string& tree) { return point == tree || point.starts_with(tree + "/"); };
+    if ((type == "devpts" || type == "devtmpfs") && std::none_of(trees.begin(), trees.end(), beneath)) {
+      trees.push_back(point);
+    }
+  }
+  return trees;
+}
+
+/// What `FenceReport::describe()` says of the read fence of a base fence on this machine:
+/// "; reads refused beneath" the device trees, "but" the null devices and random devices that
+/// exist, then `terminal_devices`.
+[[nodiscard]] inline std::string reads_refused_text(const std::vector<std::string>& terminal_devices = {}) {
+  std::string text = "; reads refused beneath";
+  const std::vector<std::string> trees = device_trees_seen();
+  for (std::size_t i = 0; i < trees.size(); ++i) {
+    text += (i == 0 ? " \"" : ", \"") + trees[i] + "\"";
+  }
+  text += " but";
+  bool first = true;
+  std::vector<std::string> devices;
+  for (const char* device : {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}) {
+    struct stat info {};
+    if (::stat(device, &info) == 0 && S_ISCHR(info.st_mode)) {
+      devices.emplace_back(device);
+    }
+  }
+  devices.insert(devices.end(), terminal_devices.begin(), terminal_devices.end());
+  for (const std::string& device : devices) {
+    text += (first ? " \"" : ", \"") + device + "\"";
+    first = false;
+  }
+  return first ? text + " nothing" : text;
 }
 
 /// The errno of a failed call (`result` < 0), or 0 when it succeeded.

@@ -26,9 +26,12 @@ struct LandlockProbe {
 };
 
 /// Builds the fence of `PreparedFence::prepare` (its friend), with the kernel probe and the
-/// host's environment passed in; defined in <dsh/prepared_fence.hpp>, after PreparedFence.
+/// host's environment passed in; with `reads_later` it leaves the read fence to the caller
+/// (`PreparedFence::fence_reads`, once the namespace layer is planned). Defined in
+/// <dsh/prepared_fence.hpp>, after PreparedFence.
 [[nodiscard]] PreparedFence prepare_fence(const ResolvedPolicy& policy, const FenceOptions& options,
-                                          LandlockProbe probe, const HostEnvironment& environment);
+                                          LandlockProbe probe, const HostEnvironment& environment,
+                                          bool reads_later = false);
 
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
 #if defined(SYS_landlock_create_ruleset)

@@ -33,6 +33,7 @@ struct MountEntry {
   std::string device;          ///< the filesystem's "major:minor" (the same for every mount of it)
   std::filesystem::path root;  ///< the directory of that filesystem the mount shows
   std::filesystem::path point; ///< where it is mounted, in this process's view
+  std::string type{};          ///< the filesystem type ("devpts", "ext4", ...); "" when the line has none
 };
 
 /// Where a path lies: a filesystem and the path inside it, and the mount it was seen through.
@@ -80,9 +81,39 @@ struct FilesystemLocation {
         !fields[4].starts_with('/')) {
       continue;
     }
-    mounts.push_back({std::string(fields[2]), unescape_mount_path(fields[3]), unescape_mount_path(fields[4])});
+    // ... optional fields, then " - " and the filesystem type
+    std::string type;
+    if (const std::size_t separator = line.find(" - ", from > line.size() ? line.size() : from);
+        separator != std::string_view::npos) {
+      const std::string_view rest = line.substr(separator + 3);
+      type = std::string(rest.substr(0, std::min(rest.find(' '), rest.size())));
+    }
+    mounts.push_back(
+        {std::string(fields[2]), unescape_mount_path(fields[3]), unescape_mount_path(fields[4]), std::move(type)});
   }
   return mounts;
+}
+
+/// The trees a fenced command must not read files from: "/dev", then every devpts or devtmpfs
+/// mount of `mounts` outside it (a bind of the host's /dev or /dev/pts elsewhere reaches the
+/// same terminals), each once and none beneath another.
+[[nodiscard]] inline std::vector<std::filesystem::path> device_trees(const std::vector<MountEntry>& mounts) {
+  std::vector<std::filesystem::path> trees{"/dev"};
+  for (const MountEntry& mount : mounts) {
+    if (mount.type != "devpts" && mount.type != "devtmpfs") {
+      continue;
+    }
+    if (std::any_of(trees.begin(), trees.end(),
+                    [&mount](const std::filesystem::path& tree) { return is_within(mount.point, tree); })) {
+      continue;
+    }
+    // A tree listed earlier beneath this one is covered by it.
+    trees.erase(std::remove_if(trees.begin() + 1, trees.end(),
+                               [&mount](const std::filesystem::path& tree) { return is_within(tree, mount.point); }),
+                trees.end());
+    trees.push_back(mount.point);
+  }
+  return trees;
 }
 
 /// Reads the text of this process's /proc/self/mountinfo. Throws dsh::SystemError naming the

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <dsh/detail/fence/host_environment.hpp>
+#include <dsh/detail/fence/mount_table.hpp>
 #include <dsh/detail/policy/protected_paths.hpp>
 #include <dsh/detail/process/child_steps.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
 
 #include <fstream>
+#include <memory>
 #include <mutex>
 
 #if defined(__linux__)
@@ -599,7 +601,8 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
 /// the layer applies and `scan.problem` is not empty, or when a placeholder cannot be made.
 [[nodiscard]] inline NamespacePlan plan_namespace_layer(const ResolvedPolicy& policy, const FenceOptions& options,
                                                         const HostEnvironment& environment, const ProtectedScan& scan,
-                                                        FenceReport& report) {
+                                                        FenceReport& report,
+                                                        std::shared_ptr<const std::vector<MountEntry>> mounts = {}) {
   NamespacePlan plan;
   if (options.isolation == Isolation::off || report.status == FenceStatus::unrestricted) {
     return plan;
@@ -777,6 +780,16 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
   }
   for (const char* socket : {"/run/docker.sock", "/var/run/docker.sock", "/run/podman/podman.sock"}) {
     hide("the container socket", socket);
+  }
+  // The fresh /dev replaces the host's; a bind of it or of its terminals elsewhere reaches the
+  // same devices, and the read fence grants reads everywhere with the layer (PreparedFence::fence_reads).
+  if (!mounts) {
+    mounts = current_mount_table();
+  }
+  for (const std::filesystem::path& tree : device_trees(*mounts)) {
+    if (tree != "/dev") {
+      hide("the device filesystem", tree);
+    }
   }
   // The grants beneath what is hidden, and the directories their mount points need in the
   // empty views (each once, parents first).

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,8 +44,8 @@ struct LaunchHeader {
 };
 
 /// At most this many descriptors travel with a request: the working directory, the ruleset,
-/// stdin, stdout, stderr and the terminal.
-inline constexpr std::size_t launch_descriptors = 6;
+/// the read fence's ruleset, stdin, stdout, stderr and the terminal.
+inline constexpr std::size_t launch_descriptors = 7;
 
 /// Appends the fields of a request, each in the host's byte order (the launcher runs on the
 /// same machine): words, then texts and lists as a length and their bytes.
@@ -159,6 +160,7 @@ struct LaunchWire {
     LaunchWriter out;
     out.word(attach(cwd));
     out.word(attach(fence.ruleset_.get()));
+    out.word(attach(fence.read_ruleset_ ? fence.read_ruleset_->get() : -1));
     for (const int fd : plan.stdio) {
       out.word(attach(fd));
     }
@@ -314,6 +316,7 @@ struct LaunchWire {
       const auto descriptor = [&](std::uint64_t index) noexcept { return index < count ? received[index] : -1; };
       const int cwd = descriptor(in.word());
       UniqueFd ruleset(descriptor(in.word()));
+      UniqueFd read_ruleset(descriptor(in.word()));
       StartPlan plan;
       for (int& fd : plan.stdio) {
         fd = descriptor(in.word());
@@ -360,6 +363,9 @@ struct LaunchWire {
       ::close(cwd);
       PreparedFence fence(std::move(report), std::move(ruleset), {}, std::move(filter), std::move(refusing));
       fence.namespaces_ = std::move(layer);
+      if (read_ruleset) {
+        fence.read_ruleset_ = std::make_shared<const UniqueFd>(std::move(read_ruleset));
+      }
       Command command(std::move(args), std::move(program), CommandEnvironment::exactly(std::move(environment)),
                       std::move(directory), limit);
       command.supervise(fence, plan, control);
