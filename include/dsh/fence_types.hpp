@@ -241,10 +241,10 @@ struct FenceReport {
   std::uint64_t scoped = 0;       ///< landlock_scope_* bits in force (ABI 6+): signals, abstract unix sockets
   std::uint64_t handled_net = 0;  ///< landlock_net_* bits refused everywhere (FenceOptions::deny_tcp)
   std::vector<FenceGrant> grants; ///< in the order the rules were added (each also lets the command read beneath it)
-  /// Where reading a file is refused (Landlock's read_file handled and granted on everything
-  /// else): "/dev" and every devpts or devtmpfs mount outside it, but `readable_devices`.
-  /// Empty when reads are not fenced: the namespace layer's fresh /dev applies (the other
-  /// device mounts are then out of view), or Landlock is unavailable.
+  /// Where reading a file is refused (the read fence: Landlock's read_file handled and granted
+  /// on everything else, docs/enforcement.md#reading-devices): "/dev", but `readable_devices`.
+  /// Empty when reads are not fenced: the namespace layer's fresh /dev applies (any other
+  /// device mount is then out of view), or Landlock is unavailable.
   std::vector<std::filesystem::path> unreadable{};
   /// The devices a command may still read beneath `unreadable`: /dev/null, /dev/zero,
   /// /dev/full, /dev/random, /dev/urandom (those that exist), and with

@@ -9,9 +9,8 @@
 //
 // What is restricted: every write-class filesystem right the running kernel's Landlock ABI
 // knows (the `LANDLOCK_WRITE_RIGHTS` table), device ioctls but on the devices a command drives,
-// and reading beneath the device trees (/dev and every devpts or devtmpfs mount) without the
-// namespace layer. Reading elsewhere, listing and executing are never restricted. See
-// docs/enforcement.md for what Landlock does not cover.
+// and reading beneath /dev without the namespace layer. Reading elsewhere, listing and executing are never restricted.
+// See docs/enforcement.md for what Landlock does not cover.
 //
 // The header reads: the error, the rights and the fence's report and options, the capabilities
 // a fence drops, `PreparedFence`, then `FencedChild` and `FencedCommand`. The kernel interface,

@@ -90,9 +90,8 @@ public:
   /// sockets to the command's own processes where the kernel can (ABI 6), refuse TCP with
   /// `options.deny_tcp`, and prepare the system-call filter (with or without Landlock).
   /// Without the namespace layer both also enter the read fence, a second ruleset that refuses
-  /// reading beneath /dev and every other devpts or devtmpfs mount but the null and random
-  /// devices and the command's terminal (`report().unreadable`,
-  /// docs/enforcement.md#reading-devices).
+  /// reading beneath /dev but the null and random devices and the command's terminal
+  /// (`report().unreadable`, docs/enforcement.md#reading-devices).
   /// danger-full-access: `unrestricted`, nothing is applied (and no Landlock needed).
   /// Read-only and workspace-write then get the namespace layer (`options.isolation`,
   /// docs/enforcement.md#the-namespace-layer): probed now, its rows in `report().layers`, the
@@ -107,6 +106,8 @@ public:
   /// safely, when `options.terminal` is not a pseudo-terminal (each message names the path),
   /// when the workspace root cannot be opened, when a Landlock call fails,
   /// when `options.isolation` is `required` and a row of the layer cannot be had (nothing runs),
+  /// when the layer does not apply and a devpts or devtmpfs mount lies outside /dev (the read
+  /// fence could not keep its devices out of reach),
   /// or, with the layer, when the protected paths cannot be known or a placeholder cannot be made.
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
@@ -253,7 +254,8 @@ private:
   /// (docs/enforcement.md#reading-devices): none with the layer, whose fresh /dev holds only the
   /// readable devices and whose empty views hide the other device trees; without it, the shared
   /// ruleset of `detail::shared_read_fence`, with the command's terminal and every grant beneath
-  /// a device tree readable too, entered after the fence's own. Throws what
+  /// /dev readable too, entered after the fence's own. Throws LandlockError when a
+  /// devpts or devtmpfs mount lies outside /dev (nothing runs), and what
   /// `detail::shared_read_fence` throws.
   void fence_reads() {
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
@@ -263,7 +265,18 @@ private:
     if (!mount_table_) {
       mount_table_ = detail::current_mount_table();
     }
+    const std::string subject = "Landlock fence for " + std::string(to_string(report_.mode));
     const std::vector<std::filesystem::path> trees = detail::device_trees(*mount_table_);
+    if (trees.size() > 1) {
+      // Its ancestors would be granted entry by entry, and a command that can rename one of
+      // them (this call, or a concurrent one, beneath its grants) could move the mount beneath
+      // a granted entry: only /dev, which no fenced command can rename, is kept out by name.
+      throw LandlockError(
+          detail::concat(subject, ": the device filesystem mounted at ", json_string_literal(trees[1].native()),
+                         " reaches the host's terminals and devices outside /dev; without the namespace "
+                         "layer (whose empty views hide it) a command could read them, so nothing runs "
+                         "(unmount it, or let the layer apply: FenceOptions::isolation)"));
+    }
     std::vector<std::filesystem::path> extras = terminal_devices_;
     for (const FenceGrant& grant : report_.grants) {
       if (std::find(detail::readable_device_names.begin(), detail::readable_device_names.end(), grant.path.native()) ==
@@ -274,8 +287,8 @@ private:
         extras.push_back(grant.path);
       }
     }
-    const std::shared_ptr<const detail::ReadFence> reads = detail::shared_read_fence(
-        mount_table_, extras, report_.abi, "Landlock fence for " + std::string(to_string(report_.mode)));
+    const std::shared_ptr<const detail::ReadFence> reads =
+        detail::shared_read_fence(mount_table_, extras, report_.abi, subject);
     report_.unreadable = reads->trees;
     report_.readable_devices = reads->devices;
     read_ruleset_ = std::shared_ptr<const UniqueFd>(reads, &reads->ruleset);

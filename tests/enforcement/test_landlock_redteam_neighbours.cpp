@@ -1699,3 +1699,27 @@ TEST_CASE("neighbours: a workspace in a directory another user can change is ref
                                                 "to trust it)");
   CHECK(read_file(lab.outside() / "keep") == "<missing>"); // nothing granted, nothing written
 }
+
+// A pseudo-terminal's number, and its node's inode number, are reused once it closes: the read
+// fence's rule for the command's own terminal must be for the node of this call, never one kept
+// from an earlier fence.
+TEST_CASE("neighbours: a terminal whose number was reused is still the command's own to read") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  std::string names;
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    const Pty own(24, 80);
+    names += own.name() + "\n";
+    FenceOptions options;
+    options.isolation = dsh::Isolation::off;
+    options.temporary_root = lab.outside() / "private";
+    options.terminal = own.name();
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+    CHECK(fenced(fence, [&] {
+            const dsh::UniqueFd fd{::open(own.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+            return fd ? 0 : errno;
+          }) == 0);
+  }
+  CAPTURE(names);
+}

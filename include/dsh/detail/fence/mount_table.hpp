@@ -94,9 +94,10 @@ struct FilesystemLocation {
   return mounts;
 }
 
-/// The trees a fenced command must not read files from: "/dev", then every devpts or devtmpfs
-/// mount of `mounts` outside it (a bind of the host's /dev or /dev/pts elsewhere reaches the
-/// same terminals), each once and none beneath another.
+/// The device trees: "/dev", then every devpts or devtmpfs mount of `mounts` outside it (a bind
+/// of the host's /dev or /dev/pts elsewhere reaches the same terminals), each once and none
+/// beneath another. The read fence keeps a command out of the first; the others make it refuse
+/// to run, and the namespace layer hides them.
 [[nodiscard]] inline std::vector<std::filesystem::path> device_trees(const std::vector<MountEntry>& mounts) {
   std::vector<std::filesystem::path> trees{"/dev"};
   for (const MountEntry& mount : mounts) {

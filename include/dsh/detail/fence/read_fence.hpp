@@ -1,8 +1,9 @@
 /// @file
 /// The read fence: a second Landlock ruleset that handles read_file alone and grants it on
-/// everything but the host's device trees, so that a fenced command cannot open another
-/// terminal, an input device or a disk by name and read from it
-/// (docs/enforcement.md#reading-devices). Reads are otherwise never restricted.
+/// everything but /dev, so that a fenced command cannot open another terminal, an input device
+/// or a disk by name and read from it (docs/enforcement.md#reading-devices; a device mount
+/// elsewhere makes `PreparedFence::fence_reads` refuse to run). Reads are otherwise never
+/// restricted.
 #pragma once
 
 #include <dsh/detail/canonical.hpp>
@@ -36,7 +37,7 @@
 
 namespace dsh::detail {
 
-/// The devices a command may read beneath the device trees (those that exist), by name.
+/// The devices a command may read beneath /dev (those that exist), by name.
 inline constexpr std::array<const char*, 5> readable_device_names{"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
                                                                   "/dev/urandom"};
 
@@ -59,7 +60,8 @@ struct ReadFence {
   };
   std::shared_ptr<const std::vector<MountEntry>> table; ///< the mount table it was built from
   std::vector<std::filesystem::path> extras;            ///< granted beside: terminals, grants beneath a tree
-  std::vector<Stamp> stamps;                            ///< "/", every directory listed, "/dev"
+  std::vector<Stamp> stamps;                            ///< "/", "/dev" and each extra
+  int abi = 0;                                          ///< the Landlock ABI it was built for
   std::vector<std::filesystem::path> trees;             ///< `device_trees(*table)`: reads refused beneath
   std::vector<std::filesystem::path> devices;           ///< the readable devices found, then the extras' devices
   /// read_file, and with Landlock ABI 2 refer: a ruleset that does not grant refer refuses
@@ -98,58 +100,50 @@ inline void add_read_rule(int ruleset, int anchor, std::uint64_t rights, const s
   }
 }
 
-/// Grants read_file beneath every entry of the directory `directory` (open for reading,
-/// spelled `path`) except the trees of `fence.trees`, and descends into each entry that holds
-/// one, stamping every directory it lists. Entries are opened relative to their directory
-/// without following a link, so a link swapped in meanwhile anchors nothing (reading through a
-/// link is decided where it points); entries that vanish, and directories this process cannot
-/// list, are left ungranted (fail closed). Throws LandlockError when a rule cannot be added.
-inline void grant_reads_beneath(ReadFence& fence, int directory, const std::filesystem::path& path,
-                                const std::string& subject) {
-  DIR* stream = ::fdopendir(directory);
-  if (stream == nullptr) {
-    ::close(directory);
-    return;
+/// Grants read_file (and `fence.directory_rights` on a directory) beneath every entry of "/"
+/// but "/dev", stamping "/". Entries are opened relative to "/" without following a link, so a
+/// link swapped in meanwhile anchors nothing (reading through a link is decided where it
+/// points); a device node, FIFO or socket there is not granted, and an entry that vanishes is
+/// left ungranted (fail closed). Throws LandlockError when a rule cannot be added, SystemError
+/// when "/" cannot be listed.
+inline void grant_reads_beneath_root(ReadFence& fence, const std::string& subject) {
+  const int root = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root < 0) {
+    throw SystemError(errno, subject + ": cannot open \"/\" to grant reads beneath its entries");
+  }
+  const std::unique_ptr<DIR, int (*)(DIR*)> stream{::fdopendir(root), ::closedir};
+  if (!stream) {
+    const int error = errno;
+    ::close(root);
+    throw SystemError(error, subject + ": cannot list \"/\" to grant reads beneath its entries");
   }
   struct stat info {};
-  if (::fstat(directory, &info) == 0) {
-    fence.stamps.push_back({path, info.st_dev, info.st_ino, static_cast<std::int64_t>(info.st_ctim.tv_sec),
-                            info.st_ctim.tv_nsec, static_cast<std::int64_t>(info.st_mtim.tv_sec),
-                            info.st_mtim.tv_nsec});
+  if (::fstat(root, &info) != 0) {
+    throw SystemError(errno, subject + ": cannot stat \"/\"");
   }
-  const std::vector<std::filesystem::path>& excluded = fence.trees;
-  while (const ::dirent* entry = ::readdir(stream)) {
+  fence.stamps.push_back({"/", info.st_dev, info.st_ino, static_cast<std::int64_t>(info.st_ctim.tv_sec),
+                          info.st_ctim.tv_nsec, static_cast<std::int64_t>(info.st_mtim.tv_sec), info.st_mtim.tv_nsec});
+  while (const ::dirent* entry = ::readdir(stream.get())) {
     const std::string_view name = entry->d_name;
-    if (name == "." || name == ".." || entry->d_type == DT_LNK) {
+    if (name == "." || name == ".." || name == "dev" || entry->d_type == DT_LNK) {
       continue;
     }
-    const std::filesystem::path child = path / entry->d_name;
-    if (std::find(excluded.begin(), excluded.end(), child) != excluded.end()) {
-      continue;
-    }
-    if (std::any_of(excluded.begin(), excluded.end(),
-                    [&child](const std::filesystem::path& tree) { return is_within(tree, child); })) {
-      const int inner = ::openat(::dirfd(stream), entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (inner >= 0) {
-        grant_reads_beneath(fence, inner, child, subject);
-      }
-      continue;
-    }
-    const UniqueFd anchor{::openat(::dirfd(stream), entry->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC)};
+    const UniqueFd anchor{::openat(root, entry->d_name, O_PATH | O_NOFOLLOW | O_CLOEXEC)};
     struct stat kind {};
-    if (anchor && ::fstat(anchor.get(), &kind) == 0 && !S_ISLNK(kind.st_mode)) {
-      add_read_rule(fence.ruleset.get(), anchor.get(),
-                    S_ISDIR(kind.st_mode) ? fence.directory_rights : landlock_read_file, child, subject);
+    if (!anchor || ::fstat(anchor.get(), &kind) != 0 || !(S_ISDIR(kind.st_mode) || S_ISREG(kind.st_mode))) {
+      continue;
     }
+    add_read_rule(fence.ruleset.get(), anchor.get(),
+                  S_ISDIR(kind.st_mode) ? fence.directory_rights : landlock_read_file,
+                  std::filesystem::path("/") / entry->d_name, subject);
   }
-  ::closedir(stream);
 }
 
-/// Builds the read fence for the mount table `table` with `extras` (canonical paths of
-/// terminals and granted directories beneath a device tree) readable too: read_file beneath
-/// every entry of "/" but the device trees, on the readable devices and on each extra. Throws
-/// LandlockError when the ruleset or a rule cannot be made, SystemError when "/" cannot be
-/// opened.
+/// Builds the read fence for the mount table `table`, whose only device tree is "/dev" (the
+/// caller refuses any other), with `extras` (canonical paths of terminals and granted
+/// directories beneath "/dev") readable too: read_file beneath every entry of "/" but "/dev", on
+/// the readable devices and on each extra. Throws LandlockError when the ruleset or a rule
+/// cannot be made, SystemError when "/" cannot be listed.
 [[nodiscard]] inline std::shared_ptr<const ReadFence>
 build_read_fence(std::shared_ptr<const std::vector<MountEntry>> table, std::vector<std::filesystem::path> extras,
                  int abi, const std::string& subject) {
@@ -165,13 +159,17 @@ build_read_fence(std::shared_ptr<const std::vector<MountEntry>> table, std::vect
     const int error = errno;
     throw LandlockError(subject + ": landlock_create_ruleset (the read fence) failed: " + std::strerror(error));
   }
-  const int root = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (root < 0) {
-    throw SystemError(errno, subject + ": cannot open \"/\" to grant reads beneath its entries");
+  fence->abi = abi;
+  grant_reads_beneath_root(*fence, subject);
+  for (const std::filesystem::path& stamped : std::vector<std::filesystem::path>{"/dev"}) {
+    if (const std::optional<ReadFence::Stamp> stamp = read_stamp(stamped)) {
+      fence->stamps.push_back(*stamp);
+    }
   }
-  grant_reads_beneath(*fence, root, "/", subject);
-  if (const std::optional<ReadFence::Stamp> dev = read_stamp("/dev")) {
-    fence->stamps.push_back(*dev);
+  for (const std::filesystem::path& extra : fence->extras) {
+    if (const std::optional<ReadFence::Stamp> stamp = read_stamp(extra)) {
+      fence->stamps.push_back(*stamp);
+    }
   }
   const auto grant = [&fence, &subject](const std::filesystem::path& path, bool device_only) {
     const UniqueFd anchor{open_rule_anchor(path, false)};
@@ -194,11 +192,13 @@ build_read_fence(std::shared_ptr<const std::vector<MountEntry>> table, std::vect
   return fence;
 }
 
-/// The read fence for this mount table and these extras: the one built last while nothing it
-/// depends on changed (the same table, the same extras, every stamp as it was; a change of
-/// time within the filesystem's granularity can hide a new entry, which then stays unreadable:
-/// fail closed), else a new one, kept for the next call. Thread-safe. Throws what
-/// `build_read_fence` throws.
+/// The read fence for this mount table, these extras and this ABI: the one built last while
+/// nothing it depends on changed (the same table, extras and ABI, every stamp as it was; a
+/// change within the filesystem's time granularity can hide a new entry of "/", which then
+/// stays unreadable: fail closed), else a new one, kept for the next call. One with a terminal
+/// among its extras is never reused: a pseudo-terminal's node is remade with the same name and
+/// inode number when its number is reused, and a rule on the old one would refuse the command
+/// its own terminal. Thread-safe. Throws what `build_read_fence` throws.
 [[nodiscard]] inline std::shared_ptr<const ReadFence>
 shared_read_fence(const std::shared_ptr<const std::vector<MountEntry>>& table,
                   const std::vector<std::filesystem::path>& extras, int abi, const std::string& subject) {
@@ -212,7 +212,14 @@ shared_read_fence(const std::shared_ptr<const std::vector<MountEntry>>& table,
     const std::lock_guard held(last->lock);
     kept = last->fence;
   }
-  if (kept && kept->table == table && kept->extras == extras &&
+  const bool reusable = std::none_of(extras.begin(), extras.end(), [](const std::filesystem::path& extra) {
+    struct stat info {};
+    return ::lstat(extra.c_str(), &info) != 0 || S_ISCHR(info.st_mode);
+  });
+  if (!reusable) {
+    return build_read_fence(table, extras, abi, subject);
+  }
+  if (kept && kept->table == table && kept->extras == extras && kept->abi == abi &&
       std::all_of(kept->stamps.begin(), kept->stamps.end(), [](const ReadFence::Stamp& stamp) {
         const std::optional<ReadFence::Stamp> now = read_stamp(stamp.path);
         return now && *now == stamp;
