@@ -47,7 +47,7 @@ private:
 /// A system call failed: the message names the operation (and the path or object it was
 /// about) and ends with the system's reason, as `std::system_error` words it; `code()` is the
 /// error. Thrown for failures of the process layer (pipes, fork, poll), of reading the working
-/// directory and `/proc/self/mountinfo`; the write tools throw `WriteError`, one of these.
+/// directory and `/proc/thread-self/mountinfo`; the write tools throw `WriteError`, one of these.
 class SystemError : public Error {
 public:
   /// The error `code` in `operation`: the message is `<operation>: <code.message()>`.

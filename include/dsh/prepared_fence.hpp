@@ -287,6 +287,34 @@ private:
         extras.push_back(grant.path);
       }
     }
+    // A directory granted beneath /dev (/dev/shm) is read beneath: no device filesystem may lie
+    // there, nor may it be one.
+    for (const std::filesystem::path& extra : extras) {
+      struct stat info {};
+      if (::lstat(extra.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+        continue;
+      }
+      const detail::MountEntry* holder = nullptr;
+      for (const detail::MountEntry& mount : *mount_table_) {
+        const bool device = mount.type == "devpts" || mount.type == "devtmpfs";
+        if (detail::is_within(extra, mount.point) &&
+            (holder == nullptr || mount.point.native().size() >= holder->point.native().size())) {
+          holder = &mount;
+        }
+        if (device && mount.point != extra && detail::is_within(mount.point, extra)) {
+          throw LandlockError(
+              detail::concat(subject, ": the device filesystem mounted at ", json_string_literal(mount.point.native()),
+                             " lies beneath the granted directory ", json_string_literal(extra.native()),
+                             ", where the command may read; nothing runs (unmount it)"));
+        }
+      }
+      if (holder != nullptr && (holder->type == "devpts" || holder->type == "devtmpfs")) {
+        throw LandlockError(detail::concat(subject, ": the granted directory ", json_string_literal(extra.native()),
+                                           " lies on the device filesystem mounted at ",
+                                           json_string_literal(holder->point.native()),
+                                           ", where the command may read; nothing runs"));
+      }
+    }
     const std::shared_ptr<const detail::ReadFence> reads =
         detail::shared_read_fence(mount_table_, extras, report_.abi, subject);
     report_.unreadable = reads->trees;

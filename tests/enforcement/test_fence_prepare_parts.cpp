@@ -411,3 +411,72 @@ TEST_CASE("a bind of the host's terminals outside /dev: the base fence refuses t
   });
   CHECK(status == 0);
 }
+
+TEST_CASE("a thread with a mount namespace of its own: its device mounts are the ones judged") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the bind is made in a mount namespace of a thread");
+  }
+  const Lab lab;
+  const std::string point = canonical_path(lab.outside()).native() + "/thread-pts";
+  std::filesystem::create_directories(point);
+  // /proc/self shows the main thread's mounts; the thread's commands live in the thread's.
+  std::string seen;
+  std::thread([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("/dev/pts", point.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      seen = "cannot make the thread's mount";
+      return;
+    }
+    try {
+      (void)dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write));
+      seen = "prepared";
+    } catch (const dsh::LandlockError& error) {
+      seen = error.what();
+    }
+  }).join();
+  CHECK(seen == "Landlock fence for workspace-write: the device filesystem mounted at " +
+                    dsh::json_string_literal(point) +
+                    " reaches the host's terminals and devices outside /dev; without the namespace layer (whose "
+                    "empty views hide it) a command could read them, so nothing runs (unmount it, or let the layer "
+                    "apply: FenceOptions::isolation)");
+}
+
+TEST_CASE("a device mount beneath a directory granted in /dev: the base fence refuses to run") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the bind is made in a private mount namespace of a root child");
+  }
+  if (!std::filesystem::is_directory("/dev/shm")) {
+    DSH_TEST_SKIP("this machine has no /dev/shm");
+  }
+  const Lab lab;
+  const TempDir inside("/dev/shm");
+  const std::string point = inside.path().native();
+  const int status = dsh::test::unfenced([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("/dev/pts", point.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return 10;
+    }
+    FenceOptions options;
+    options.shared_temporary_areas = true;
+    options.temporary_root = lab.outside() / "private";
+    try {
+      const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::workspace_write), options);
+      return fence.report().describe().find("\"/dev/shm\" (all handled") == std::string::npos ? 11 : 12;
+    } catch (const dsh::LandlockError& error) {
+      return std::string(error.what()) ==
+                     "Landlock fence for workspace-write: the device filesystem mounted at " +
+                         dsh::json_string_literal(point) +
+                         " lies beneath the granted directory \"/dev/shm\", where the command may read; nothing runs "
+                         "(unmount it)"
+                 ? 0
+                 : 13;
+    }
+  });
+  // 11: /dev/shm was not granted here (it holds what decides a later call), so nothing to test.
+  if (status == 11) {
+    DSH_TEST_SKIP("/dev/shm is not granted on this machine");
+  }
+  CHECK(status == 0);
+}

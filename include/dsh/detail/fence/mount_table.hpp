@@ -1,5 +1,5 @@
 /// @file
-/// The mount table as /proc/self/mountinfo shows it, and where a path lies in the filesystem
+/// The mount table as /proc/thread-self/mountinfo shows it, and where a path lies in the filesystem
 /// that holds it: what lets the guards compare identities instead of spellings, so that a
 /// bind mount showing a guarded file beneath a grant counts as exposing it.
 #pragma once
@@ -28,7 +28,7 @@
 
 namespace dsh::detail {
 
-/// One line of /proc/self/mountinfo: which filesystem, which of its directories, and where.
+/// One line of a mountinfo file: which filesystem, which of its directories, and where.
 struct MountEntry {
   std::string device;          ///< the filesystem's "major:minor" (the same for every mount of it)
   std::filesystem::path root;  ///< the directory of that filesystem the mount shows
@@ -117,20 +117,22 @@ struct FilesystemLocation {
   return trees;
 }
 
-/// Reads the text of this process's /proc/self/mountinfo. Throws dsh::SystemError naming the
+/// Reads the text of the calling thread's /proc/thread-self/mountinfo: a thread may have a
+/// mount namespace of its own (unshare(CLONE_NEWNS)), and the commands it forks live in that
+/// one, while /proc/self shows the main thread's. Throws dsh::SystemError naming the
 /// file when it cannot be read: without it a bind mount could show a guarded file beneath a
 /// grant unseen.
 [[nodiscard]] inline std::string read_mount_text() {
-  const UniqueFd file{::open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC)};
+  const UniqueFd file{::open("/proc/thread-self/mountinfo", O_RDONLY | O_CLOEXEC)};
   if (!file) {
-    throw SystemError(errno, "dsh: cannot read /proc/self/mountinfo");
+    throw SystemError(errno, "dsh: cannot read /proc/thread-self/mountinfo");
   }
   std::string text;
   std::array<char, 16384> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   for (;;) {
     const ::ssize_t got = retry_on_eintr([&]() noexcept { return ::read(file.get(), buffer.data(), buffer.size()); });
     if (got < 0) {
-      throw SystemError(errno, "dsh: cannot read /proc/self/mountinfo");
+      throw SystemError(errno, "dsh: cannot read /proc/thread-self/mountinfo");
     }
     if (got == 0) {
       break;
@@ -140,10 +142,10 @@ struct FilesystemLocation {
   return text;
 }
 
-/// Reads this process's mount table. Throws what `read_mount_text` throws.
+/// Reads the calling thread's mount table. Throws what `read_mount_text` throws.
 [[nodiscard]] inline std::vector<MountEntry> read_mount_table() { return parse_mount_table(read_mount_text()); }
 
-/// This process's mount table as `read_mount_table` gives it, read now, shared and immutable. The
+/// The calling thread's mount table as `read_mount_table` gives it, read now, shared and immutable. The
 /// file is read on every call (the kernel's change notice on it misses a rename of a directory
 /// above a mount point, which moves the mount in the table, so no read is ever skipped); only
 /// the parse of a text equal, byte for byte, to the last one parsed is reused. Thread-safe; the
