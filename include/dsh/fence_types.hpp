@@ -240,7 +240,7 @@ struct FenceReport {
   std::uint64_t unenforced = 0;   ///< write rights this library knows but the kernel's ABI does not: NOT restricted
   std::uint64_t scoped = 0;       ///< landlock_scope_* bits in force (ABI 6+): signals, abstract unix sockets
   std::uint64_t handled_net = 0;  ///< landlock_net_* bits refused everywhere (FenceOptions::deny_tcp)
-  std::vector<FenceGrant> grants; ///< in the order the rules were added (each also lets the command read beneath it)
+  std::vector<FenceGrant> grants; ///< in the order the rules were added
   /// Where reading a file is refused (the read fence: Landlock's read_file handled and granted
   /// on everything else, docs/enforcement.md#reading-devices): "/dev", but `readable_devices`.
   /// Empty when reads are not fenced: the namespace layer's fresh /dev applies (any other

@@ -260,6 +260,7 @@ private:
   void fence_reads() {
 #if DSH_SANDBOX_POLICY_HAS_LANDLOCK
     if (report_.status != FenceStatus::enforced || namespaces_.active) {
+      mount_table_.reset();
       return;
     }
     if (!mount_table_) {
@@ -317,7 +318,7 @@ private:
     }
     const std::shared_ptr<const detail::ReadFence> reads =
         detail::shared_read_fence(mount_table_, extras, report_.abi, subject);
-    report_.unreadable = reads->trees;
+    report_.unreadable = trees;
     report_.readable_devices = reads->devices;
     read_ruleset_ = std::shared_ptr<const UniqueFd>(reads, &reads->ruleset);
     mount_table_.reset();

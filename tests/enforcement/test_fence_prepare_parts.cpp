@@ -364,10 +364,7 @@ TEST_CASE("a bind of the host's terminals outside /dev: the base fence refuses t
         ::mount("/dev/pts", (base + "/beside/pts").c_str(), nullptr, MS_BIND, nullptr) != 0) {
       return 10;
     }
-    const auto opens = [](const std::string& path) {
-      const dsh::UniqueFd fd{::open(path.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
-      return fd ? 0 : errno;
-    };
+    const auto opens = [](const std::string& path) { return dsh::test::open_error(path); };
     if (opens(through_bind) != 0) {
       return 11; // the control: without the fence the bind reaches the terminal
     }

@@ -881,6 +881,19 @@ FencedChild interactive_shell(const PreparedFence& fence, Pty& pty, const std::f
 
 } // namespace
 
+namespace {
+
+/// The fence of the terminal attempts in `mode`: the private temporary directory beneath the
+/// host's own root, and FenceOptions::terminal when `own` names the command's terminal.
+PreparedFence terminal_test_fence(const Lab& lab, SandboxMode mode, const std::string& own) {
+  FenceOptions options;
+  options.temporary_root = lab.outside() / ("private-" + std::to_string(::geteuid())); // the host's own
+  options.terminal = own;
+  return prepare(lab.policy(mode), options);
+}
+
+} // namespace
+
 TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings and window size") {
   DSH_REQUIRE_LANDLOCK();
   if (dsh::landlock_abi() < 5) {
@@ -909,12 +922,7 @@ TEST_CASE("neighbours: the user's terminal reopened by name keeps its settings a
     }
     for (const SandboxMode mode : fenced_modes) {
       for (const bool with_own : {false, true}) {
-        FenceOptions options;
-        options.temporary_root = lab.outside() / ("private-" + std::to_string(::geteuid())); // the host's own
-        if (with_own) {
-          options.terminal = own.name();
-        }
-        const PreparedFence fence = prepare(lab.policy(mode), options);
+        const PreparedFence fence = terminal_test_fence(lab, mode, with_own ? own.name() : std::string());
         const int tcsets = fenced(fence, [&] { return turn_echo_off(user.name(), current); });
         const int window = fenced(fence, [&] { return shrink_window(user.name()); });
         const int own_tcsets = fenced(fence, [&] { return turn_echo_off(own.name(), current); });
@@ -1152,20 +1160,9 @@ TEST_CASE("neighbours: a command cannot read what is typed on another terminal")
                                "grep -c '^Name:' /proc/self/status; cat \"$OUTSIDE\"";
     for (const SandboxMode mode : fenced_modes) {
       for (const bool with_own : {false, true}) {
-        FenceOptions options;
-        options.temporary_root = lab.outside() / ("private-" + std::to_string(::geteuid())); // the host's own
-        if (with_own) {
-          options.terminal = own.name();
-        }
-        const PreparedFence fence = prepare(lab.policy(mode), options);
-        const int opened = fenced(fence, [&] {
-          const dsh::UniqueFd fd{::open(user.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
-          return fd ? 0 : errno;
-        });
-        const int own_opened = fenced(fence, [&] {
-          const dsh::UniqueFd fd{::open(own.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
-          return fd ? 0 : errno;
-        });
+        const PreparedFence fence = terminal_test_fence(lab, mode, with_own ? own.name() : std::string());
+        const int opened = fenced(fence, [&] { return open_error(user.name()); });
+        const int own_opened = fenced(fence, [&] { return open_error(own.name()); });
         const Shell call = shell(fence, script, lab.workspace(),
                                  {"USER_TTY=" + user.name(), "OUTSIDE=" + (lab.outside() / "outside.txt").native()});
         text += dsh::detail::concat(dsh::to_string(mode), with_own ? " own terminal" : " no terminal",
@@ -1716,10 +1713,7 @@ TEST_CASE("neighbours: a terminal whose number was reused is still the command's
     options.temporary_root = lab.outside() / "private";
     options.terminal = own.name();
     const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
-    CHECK(fenced(fence, [&] {
-            const dsh::UniqueFd fd{::open(own.name().c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
-            return fd ? 0 : errno;
-          }) == 0);
+    CHECK(fenced(fence, [&] { return open_error(own.name()); }) == 0);
   }
   CAPTURE(names);
 }

@@ -115,6 +115,13 @@ inline std::string landlock_unavailable() {
   return first ? text + " nothing" : text;
 }
 
+/// The errno of opening `path` for reading without blocking and without making it a controlling
+/// terminal, or 0 when it opens (it is closed at once).
+[[nodiscard]] inline int open_error(const std::string& path) {
+  const UniqueFd fd{::open(path.c_str(), O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)};
+  return fd ? 0 : errno;
+}
+
 /// The errno of a failed call (`result` < 0), or 0 when it succeeded.
 [[nodiscard]] inline int errno_of(long result) noexcept { return result < 0 ? errno : 0; }
 

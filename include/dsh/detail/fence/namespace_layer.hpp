@@ -782,7 +782,7 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     hide("the container socket", socket);
   }
   // The fresh /dev replaces the host's; a bind of it or of its terminals elsewhere reaches the
-  // same devices, and the read fence grants reads everywhere with the layer (PreparedFence::fence_reads).
+  // same devices, and with the layer there is no read fence (PreparedFence::fence_reads).
   if (!mounts) {
     mounts = current_mount_table();
   }

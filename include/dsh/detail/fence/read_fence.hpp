@@ -46,8 +46,7 @@ inline constexpr std::array<const char*, 5> readable_device_names{"/dev/null", "
 /// and is entered as a second Landlock layer after the fence's, so that a fence's write grants
 /// stay its own and a call pays no rule for it.
 struct ReadFence {
-  /// What decides whether it still holds: the directory listed, or holding a device granted,
-  /// as it was when listed.
+  /// A path it depends on ("/", "/dev", an extra) as it was when the ruleset was built.
   struct Stamp {
     std::filesystem::path path;
     ::dev_t device = 0;
@@ -62,7 +61,6 @@ struct ReadFence {
   std::vector<std::filesystem::path> extras;            ///< granted beside: terminals, grants beneath a tree
   std::vector<Stamp> stamps;                            ///< "/", "/dev" and each extra
   int abi = 0;                                          ///< the Landlock ABI it was built for
-  std::vector<std::filesystem::path> trees;             ///< `device_trees(*table)`: reads refused beneath
   std::vector<std::filesystem::path> devices;           ///< the readable devices found, then the extras' devices
   /// read_file, and with Landlock ABI 2 refer: a ruleset that does not grant refer refuses
   /// every link and rename into another directory, so it is granted wherever reads are
@@ -148,7 +146,6 @@ inline void grant_reads_beneath_root(ReadFence& fence, const std::string& subjec
 build_read_fence(std::shared_ptr<const std::vector<MountEntry>> table, std::vector<std::filesystem::path> extras,
                  int abi, const std::string& subject) {
   auto fence = std::make_shared<ReadFence>();
-  fence->trees = device_trees(*table);
   fence->table = std::move(table);
   fence->extras = std::move(extras);
   fence->directory_rights = landlock_read_file | (abi >= 2 ? landlock_refer : 0);
