@@ -546,16 +546,16 @@ private:
   /// may have other threads, whose locks this copy of it must never wait for.
   [[noreturn]] void supervise(const PreparedFence& fence, const detail::StartPlan& host_plan,
                               int report_fd) const noexcept {
-    sigset_t all;
-    ::sigfillset(&all);
-    ::sigprocmask(SIG_SETMASK, &all, nullptr);
-    const detail::ThreadStatus own = detail::read_thread_status();
-    // SIGCHLD always: SA_NOCLDWAIT makes even its default disposition reap every child
-    // unseen, and /proc lists it neither as ignored nor as caught.
-    detail::reset_signal_dispositions(own.not_default | 1ULL << (SIGCHLD - 1));
+    supervise(fence, host_plan, report_fd, detail::begin_supervision());
+  }
+
+  /// `supervise` in a process that already began its supervision (`begun`): a spare supervisor
+  /// of a launcher's zygote, which did so before its call came.
+  [[noreturn]] void supervise(const PreparedFence& fence, const detail::StartPlan& host_plan, int report_fd,
+                              const detail::Supervision& begun) const noexcept {
     detail::StartPlan plan = host_plan;
-    plan.bounding = own.bounding;
-    plan.ambient = own.ambient;
+    plan.bounding = begun.own.bounding;
+    plan.ambient = begun.own.ambient;
     detail::SupervisorReport report{};
     const auto fail = [&report, report_fd](const detail::ChildStep& failed) noexcept {
       report.kind = detail::SupervisorReport::failed;
@@ -568,21 +568,11 @@ private:
       detail::write_all(report_fd, reinterpret_cast<const char*>(&report), sizeof report);
       ::_exit(failure_exit_code(failed));
     };
-    constexpr detail::ChildStage supervision = detail::ChildStage::supervision;
-    if (::prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) != 0) {
-      fail({errno, "prctl(PR_SET_CHILD_SUBREAPER)", supervision, -1});
+    if (begun.failed.error != 0) {
+      fail(begun.failed);
     }
-    const int children = ::open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
-    if (children < 0) {
-      fail({errno, "open(\"/proc/thread-self/children\")", supervision, -1});
-    }
-    sigset_t child_signal;
-    ::sigemptyset(&child_signal);
-    ::sigaddset(&child_signal, SIGCHLD);
-    const int child_events = ::signalfd(-1, &child_signal, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (child_events < 0) {
-      fail({errno, "signalfd", supervision, -1});
-    }
+    const int children = begun.children;
+    const int child_events = begun.child_events;
     // The user and PID namespaces are the supervisor's, so that the command it starts is PID 1
     // of the new one and the kernel ends everything in it with the command.
     if (const ApplyResult entered = fence.enter_supervisor_namespaces(); !entered.ok()) {

@@ -10,6 +10,7 @@
 #include <dsh/fence_launcher.hpp>
 #include <dsh/landlock.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <csignal>
@@ -436,6 +437,80 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
   });
 }
 
+TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next call; a fenced command can neither "
+          "end, slow nor trace it, as root and as an unprivileged host") {
+  const Lab lab;
+  over_launcher_hosts(lab, [&](const bool unprivileged) {
+    for (const SandboxMode mode : {SandboxMode::read_only, SandboxMode::workspace_write}) {
+      CAPTURE(unprivileged, dsh::to_string(mode));
+      const std::string result = as_host(unprivileged, [&] {
+        dsh::FenceOptions options;
+        options.isolation = dsh::Isolation::off; // the layer would hide the zygote's pid
+        const PreparedFence fence = PreparedFence::prepare(lab.policy(mode), options);
+        (void)shell(fence, "true", lab.workspace());
+        const ::pid_t launcher = FenceLauncher::pid();
+        const std::vector<::pid_t> zygotes = launcher > 0 ? children_of(launcher) : std::vector<::pid_t>{};
+        if (zygotes.size() != 1) {
+          return "zygotes: " + std::to_string(zygotes.size()) + " " + FenceLauncher::problem();
+        }
+        const ::pid_t zygote = zygotes.front();
+        // The last call's supervisor ends after its report: wait until the spare alone is left.
+        std::vector<::pid_t> spares = children_of(zygote);
+        for (int i = 0; i < 500 && spares.size() != 1; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          spares = children_of(zygote);
+        }
+        if (spares.size() != 1) {
+          return "children of the zygote between calls: " + std::to_string(spares.size());
+        }
+        const ::pid_t spare = spares.front();
+        std::string text = ::getpgid(spare) == spare ? "a group of its own\n" : "in another group\n";
+        // The call the spare takes forks the next spare; the command looks for it (a child of
+        // the zygote that is not its own supervisor) and attacks it.
+        const dsh::test::Shell attack =
+            shell(fence,
+                  "n=0; while [ $n -lt 200 ]; do "
+                  "for D in /proc/[0-9]*; do P=${D#/proc/}; "
+                  "[ \"$(cut -d' ' -f4 $D/stat 2>/dev/null)\" = $Z ] && [ $P != $PPID ] && break 2; done; "
+                  "n=$((n+1)); sleep 0.01; done; "
+                  "[ $PPID = $S ] && echo served by the spare; "
+                  "kill -KILL $P 2>/dev/null && echo killed; "
+                  "kill -STOP $P 2>/dev/null && echo stopped; "
+                  "prlimit --pid $P --nofile=1 2>/dev/null && echo limited; "
+                  "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced; "
+                  "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced; "
+                  "echo done; echo $P",
+                  lab.workspace(), {"Z=" + std::to_string(zygote), "S=" + std::to_string(spare)});
+        // Its last line is the pid it attacked (read-only cannot write it to a file).
+        const std::size_t last = attack.out.rfind('\n', attack.out.size() - 2);
+        text += attack.out.substr(0, last + 1);
+        ::pid_t next = -1;
+        std::istringstream(attack.out.substr(last + 1)) >> next;
+        if (next <= 0 || next == spare || parent_of(next) != zygote) {
+          return text + "no next spare found: " + std::to_string(next);
+        }
+        text += running(next) ? "alive\n" : "gone\n";
+        rlimit files{};
+        ::prlimit(next, RLIMIT_NOFILE, nullptr, &files);
+        text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
+        text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(next)) == ::getpriority(PRIO_PROCESS, 0)
+                    ? "priority kept\n"
+                    : "priority changed\n";
+        FencedCommand command({"sleep", "30"});
+        command.launch(Launch::launcher).in_directory(lab.workspace());
+        dsh::FencedChild child = command.spawn(fence);
+        text += child.pid() == next ? "the next call served by it\n" : "the next call served by another\n";
+        child.terminate();
+        text += std::to_string(child.wait()) + "\n";
+        return text;
+      });
+      CHECK(result == "a group of its own\nserved by the spare\ndone\nalive\nlimits kept\npriority kept\n"
+                      "the next call served by it\n" +
+                          std::to_string(128 + SIGKILL) + "\n");
+    }
+  });
+}
+
 TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose filter its command inherits once; "
           "danger-full-access inherits none") {
   const Lab lab;
@@ -510,7 +585,8 @@ TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose 
   });
 }
 
-TEST_CASE("a zygote that dies is started again at the next call, by the same launcher; the call it served goes on") {
+TEST_CASE("a zygote that dies takes its spare with it and is started again at the next call, by the same launcher; "
+          "the call it served goes on") {
   const Lab lab;
   const std::string result = as_host(false, [&] {
     dsh::FenceOptions options;
@@ -525,11 +601,26 @@ TEST_CASE("a zygote that dies is started again at the next call, by the same lau
     if (zygote == launcher || parent_of(zygote) != launcher) {
       return std::string("no zygote");
     }
+    // The spare the zygote forked when this call came dies with it, so that nothing holds the
+    // dead zygote's socket and the launcher starts a new one.
+    std::vector<::pid_t> spares;
+    for (int i = 0; i < 500 && spares.empty(); ++i) {
+      for (const ::pid_t forked : children_of(zygote)) {
+        if (forked != child.pid()) {
+          spares.push_back(forked);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (spares.size() != 1) {
+      return "spares: " + std::to_string(spares.size());
+    }
     ::kill(zygote, SIGKILL);
-    for (int i = 0; i < 500 && running(zygote); ++i) {
+    for (int i = 0; i < 500 && (running(zygote) || running(spares.front())); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     std::string text = running(zygote) ? "zygote alive\n" : "zygote gone\n";
+    text += running(spares.front()) ? "spare alive\n" : "spare gone\n";
     text += running(child.pid()) ? "call goes on\n" : "call ended\n";
     child.terminate();
     text += std::to_string(child.wait()) + "\n";
@@ -541,7 +632,7 @@ TEST_CASE("a zygote that dies is started again at the next call, by the same lau
     text += FenceLauncher::pid() == launcher && FenceLauncher::starts() == starts ? "same launcher\n"
                                                                                   : "another launcher\n";
     const std::string filters = filter_fields_beyond_this(1);
-    const std::string expected = "zygote gone\ncall goes on\n" + std::to_string(128 + SIGKILL) +
+    const std::string expected = "zygote gone\nspare gone\ncall goes on\n" + std::to_string(128 + SIGKILL) +
                                  "\nSeccomp_filters:\t" + filters.substr(filters.rfind('=') + 1) +
                                  "\na new zygote\nsame launcher\n";
     return as_expected(text, expected);
@@ -610,7 +701,7 @@ TEST_CASE(
         "cannot run \"/usr/bin/sleep\": its supervisor ended before starting it (wait status 9): " + no_child);
 }
 
-TEST_CASE("when the host dies its launcher and its zygote exit and its calls end") {
+TEST_CASE("when the host dies its launcher, its zygote and the zygote's spare exit and its calls end") {
   const Lab lab;
   std::array<int, 2> ends{-1, -1};
   REQUIRE(::pipe(ends.data()) == 0);
@@ -653,6 +744,13 @@ TEST_CASE("when the host dies its launcher and its zygote exit and its calls end
   const std::vector<::pid_t> zygotes = children_of(launcher);
   REQUIRE(zygotes.size() == 1); // the zygote that forked the call's supervisor
   CHECK(running(zygotes.front()));
+  // The call's supervisor and the spare forked for the next call.
+  std::vector<::pid_t> forked = children_of(zygotes.front());
+  for (int i = 0; i < 500 && forked.size() != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    forked = children_of(zygotes.front());
+  }
+  CHECK(forked.size() == 2);
   ::kill(host, SIGKILL);
   CHECK(FencedCommand::wait_for(host) == 128 + SIGKILL);
   bool launcher_gone = false;
@@ -661,7 +759,8 @@ TEST_CASE("when the host dies its launcher and its zygote exit and its calls end
   for (int i = 0; i < 500 && !(launcher_gone && command_gone && zygote_gone); ++i) {
     launcher_gone = !running(launcher);
     command_gone = !running(command);
-    zygote_gone = !running(zygotes.front());
+    zygote_gone = !running(zygotes.front()) &&
+                  std::none_of(forked.begin(), forked.end(), [](::pid_t pid) { return running(pid); });
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   CHECK(launcher_gone);

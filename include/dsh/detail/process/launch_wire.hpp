@@ -253,7 +253,9 @@ struct LaunchWire {
   /// the host's umask and working directory, and supervises the command as a supervisor forked
   /// from the host would (FencedCommand::supervise). A request it cannot read is reported as a
   /// supervision failure. Never returns.
-  template <class Command> [[noreturn]] static void serve(int control) noexcept {
+  /// `begun` is the supervision a spare supervisor began before its call came
+  /// (`run_spare_supervisor`), or nullptr: `supervise` begins it.
+  template <class Command> [[noreturn]] static void serve(int control, const Supervision* begun = nullptr) noexcept {
     const auto fail = [control](int error, const char* step) noexcept {
       SupervisorReport report{};
       report.kind = SupervisorReport::failed;
@@ -368,6 +370,9 @@ struct LaunchWire {
       }
       Command command(std::move(args), std::move(program), CommandEnvironment::exactly(std::move(environment)),
                       std::move(directory), limit);
+      if (begun != nullptr) {
+        command.supervise(fence, plan, control, *begun);
+      }
       command.supervise(fence, plan, control);
     } catch (...) { // std::bad_alloc: this fork of the launcher has nothing else to throw
       fail(ENOMEM, "reading the launch request");
@@ -456,10 +461,57 @@ template <class Command> void fork_supervisor(int control, std::array<int, 3> in
 
 /// The byte a filtered zygote writes once its filter is installed.
 inline constexpr char zygote_ready = 'Z';
+/// The byte a spare supervisor writes its zygote when it took a call (the zygote then forks
+/// the next spare), and when it read end of file instead (the launcher is gone: the zygote ends).
+inline constexpr char spare_took_call = 'T';
+inline constexpr char spare_saw_end = 'E';
+
+/// A zygote's spare supervisor, forked before its call so that neither the fork nor the
+/// supervisor's own setup (`begin_supervision`) waits in the call's path: makes a process
+/// group of its own (`fork_supervisor` says why), begins its supervision, takes the next call
+/// from the zygote's `socket` itself, tells the zygote on `told` (`spare_took_call`, or
+/// `spare_saw_end` at end of file, then exits), closes both and serves the call. A step that
+/// failed before the call came is reported on it. Until it has a call it dies with `zygote`, its
+/// parent, so that a zygote that died leaves no spare holding its socket (the launcher then
+/// starts a new zygote, as it did before spares); with a call it outlives it, as a supervisor
+/// forked by the zygote does. Never returns.
+template <class Command> [[noreturn]] void run_spare_supervisor(int socket, int told, ::pid_t zygote) noexcept {
+  if (::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(SIGKILL), 0UL, 0UL, 0UL) != 0 || ::getppid() != zygote) {
+    ::_exit(0); // the zygote is gone already (or cannot be followed): it takes no call
+  }
+  const int group_error = ::setpgid(0, 0) == 0 ? 0 : errno;
+  const Supervision begun = begin_supervision();
+  const HandedCall handed = receive_handed(socket);
+  if (handed.got > 0) {
+    static_cast<void>(::prctl(PR_SET_PDEATHSIG, 0UL, 0UL, 0UL, 0UL)); // cannot fail: 0 is a valid signal
+  }
+  const char word = handed.got <= 0 ? spare_saw_end : spare_took_call;
+  static_cast<void>(write_all(told, &word, 1));
+  ::close(told);
+  ::close(socket);
+  if (handed.got <= 0 || handed.count != 1) {
+    for (std::size_t i = 0; i < handed.count; ++i) {
+      ::close(handed.fds[i]);
+    }
+    ::_exit(0);
+  }
+  if (group_error != 0) {
+    SupervisorReport report{};
+    report.kind = SupervisorReport::failed;
+    report.stage = static_cast<int>(ChildStage::supervision);
+    report.error = group_error;
+    report.detail = -1;
+    std::memcpy(report.step.data(), "setpgid", sizeof "setpgid");
+    static_cast<void>(write_all(handed.fds[0], reinterpret_cast<const char*>(&report), sizeof report));
+    ::_exit(Command::cannot_run_exit_code);
+  }
+  LaunchWire::serve<Command>(handed.fds[0], &begun);
+}
 
 /// A zygote of the launcher: sets no_new_privs, installs `program` once, says so on `socket`
-/// (`zygote_ready`), then forks a supervisor for each call the launcher hands it on `socket`
-/// until the launcher closes it. Each supervisor inherits the filter (`inherited_syscall_filter`),
+/// (`zygote_ready`), then keeps one spare supervisor forked ahead (`run_spare_supervisor`),
+/// which takes the next call the launcher hands it on `socket`, until the launcher closes it.
+/// Each supervisor inherits the filter (`inherited_syscall_filter`),
 /// so its command's child does not install the same program again. Every call it serves is
 /// fenced, and each fenced child drops `FENCE_DROPPED_CAPABILITIES` from its bounding set, so the
 /// zygote drops them from its own once (where it may: CAP_SETPCAP); a child reads its bounding set
@@ -490,6 +542,29 @@ template <class Command>
     ::_exit(1);
   }
   for (;;) {
+    // A spare supervisor takes the next call; this process waits until it has, then forks the
+    // next. When the spare could not be had (pipe or fork failed) or ended without a word
+    // (killed), the zygote takes that call itself, so a spare that cannot live never spins.
+    std::array<int, 2> told{-1, -1};
+    if (::pipe2(told.data(), O_CLOEXEC) == 0) {
+      const ::pid_t zygote = ::getpid();
+      const ::pid_t spare = ::fork();
+      if (spare == 0) {
+        ::close(told[0]);
+        run_spare_supervisor<Command>(socket, told[1], zygote);
+      }
+      ::close(told[1]);
+      char word = 0;
+      const ::ssize_t got =
+          spare > 0 ? retry_on_eintr([&]() noexcept { return ::read(told[0], &word, 1); }) : ::ssize_t{0};
+      ::close(told[0]);
+      if (got == 1 && word == spare_saw_end) {
+        ::_exit(0); // the launcher closed its end (or died)
+      }
+      if (got == 1) {
+        continue;
+      }
+    }
     const HandedCall handed = receive_handed(socket);
     if (handed.got <= 0) {
       ::_exit(0); // the launcher closed its end (or died)

@@ -16,8 +16,11 @@
 #include <cstring>
 #include <ctime>
 
+#include <fcntl.h>
 #include <string>
 #include <string_view>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <system_error>
@@ -63,6 +66,52 @@ inline bool send_report(int fd, const SupervisorReport& report, int attached) no
 
 /// How a supervised call ended.
 enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
+
+/// What a supervisor sets up before it knows its call (`begin_supervision`): every signal
+/// blocked, its dispositions reset, the child subreaper, its list of children and the
+/// signalfd of SIGCHLD. `failed.error` is 0 when each step succeeded; the first that failed is
+/// reported on the call that comes (its descriptors are then -1).
+struct Supervision {
+  ThreadStatus own{};    ///< the supervisor's own status, read once its signals were blocked
+  int children = -1;     ///< /proc/thread-self/children, read to kill what is left at the end
+  int child_events = -1; ///< a signalfd of SIGCHLD (close-on-exec, non-blocking)
+  ChildStep failed{};
+};
+
+/// Makes the calling process a supervisor: blocks every signal, resets each disposition its
+/// status lists as ignored or caught (and always SIGCHLD, whose default with SA_NOCLDWAIT
+/// would reap the command unseen), becomes a child subreaper, opens its children list and a
+/// signalfd of SIGCHLD. Nothing in it depends on the call, so a launcher's zygote has a spare
+/// supervisor do it while it waits for the next call (run_filtered_zygote). Returns the
+/// first failed step in `failed`. Async-signal-safe.
+[[nodiscard]] inline Supervision begin_supervision() noexcept {
+  Supervision begun;
+  sigset_t all;
+  ::sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, nullptr);
+  begun.own = read_thread_status();
+  reset_signal_dispositions(begun.own.not_default | 1ULL << (SIGCHLD - 1));
+  constexpr ChildStage supervision = ChildStage::supervision;
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) != 0) {
+    begun.failed = {errno, "prctl(PR_SET_CHILD_SUBREAPER)", supervision, -1};
+    return begun;
+  }
+  begun.children = ::open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC);
+  if (begun.children < 0) {
+    begun.failed = {errno, "open(\"/proc/thread-self/children\")", supervision, -1};
+    return begun;
+  }
+  sigset_t child_signal;
+  ::sigemptyset(&child_signal);
+  ::sigaddset(&child_signal, SIGCHLD);
+  begun.child_events = ::signalfd(-1, &child_signal, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (begun.child_events < 0) {
+    begun.failed = {errno, "signalfd", supervision, -1};
+    ::close(begun.children);
+    begun.children = -1;
+  }
+  return begun;
+}
 
 /// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
 /// (`list`, read from its start) names them. Async-signal-safe.
