@@ -379,13 +379,38 @@ private:
         throw SystemError(errno, "FencedCommand::spawn: open(\".\")");
       }
       ::mode_t mask = 022;
-      note =
-          detail::LauncherClient::instance().hand_over(supervisor_end.get(), mask, detail::LaunchWire::variant(fence));
+      detail::LauncherClient& client = detail::LauncherClient::instance();
+      const detail::LaunchVariant variant = detail::LaunchWire::variant(fence);
+      // A running launcher takes the call, and its request, once the thread's status is read;
+      // the rest of its fingerprint is read while the supervisor starts the command, whose
+      // child waits for the go-ahead before exec. A thread that no longer matches the launcher
+      // closes that socket (the child reads end of file and runs nothing) and hands the call
+      // over again, the whole fingerprint read first.
+      detail::UnconfirmedCall unconfirmed;
+      note = client.hand_over(supervisor_end.get(), mask, variant, &unconfirmed);
       if (note.empty()) {
+        const bool pending = !unconfirmed.launcher_print.empty();
         // Should this throw, the supervisor reads end of file and exits without running anything.
-        detail::LaunchWire::send(host_end.get(), *this, fence, plan, cwd.get(), mask);
-        launched = true;
-      } else if (launch_ == Launch::launcher) {
+        detail::LaunchWire::send(host_end.get(), *this, fence, plan, cwd.get(), mask, pending);
+        if (pending && client.confirm(unconfirmed)) {
+          // A supervisor gone meanwhile refuses it: its report, read below, says why.
+          static_cast<void>(::send(host_end.get(), &detail::go_ahead_byte, 1, MSG_NOSIGNAL));
+        } else if (pending) {
+          host_end.reset();
+          supervisor_end.reset();
+          if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control.data()) != 0) {
+            throw SystemError(errno, "FencedCommand::spawn: socketpair");
+          }
+          host_end.reset(control[0]);
+          supervisor_end.reset(control[1]);
+          note = client.hand_over(supervisor_end.get(), mask, variant);
+          if (note.empty()) {
+            detail::LaunchWire::send(host_end.get(), *this, fence, plan, cwd.get(), mask, false);
+          }
+        }
+        launched = note.empty();
+      }
+      if (!launched && launch_ == Launch::launcher) {
         throw SystemError(ENOEXEC, "FencedCommand::spawn: cannot run " + json_string_literal(program_) +
                                        " from the fence launcher (Launch::launcher): " + note);
       }
@@ -506,6 +531,14 @@ private:
       return {errno, "sigprocmask", detail::ChildStage::setup, -1};
     }
     detail::close_inherited_descriptors_on_exec();
+    // Last, so that everything above overlaps the host's check of its launcher.
+    if (plan.go_ahead >= 0) {
+      char word = 0;
+      if (detail::retry_on_eintr([&]() noexcept { return ::read(plan.go_ahead, &word, 1); }) != 1 ||
+          word != detail::go_ahead_byte) {
+        return {ECANCELED, "reading the host's go-ahead", detail::ChildStage::supervision, -1};
+      }
+    }
     ::execve(program_.c_str(), argv_.data(), environment_.envp(fence.temporary_directory_assignment()));
     return {errno, "execve", detail::ChildStage::exec, -1};
   }

@@ -276,9 +276,17 @@ TEST_CASE("a launcher that no longer matches the host is replaced: credentials a
     ::getrlimit(RLIMIT_NOFILE, &files);
     files.rlim_cur = 77;
     ::setrlimit(RLIMIT_NOFILE, &files);
-    text += shell(fence, "ulimit -n", lab.workspace()).out;
-    text +=
-        std::to_string(FenceLauncher::starts() - starts) + (FenceLauncher::pid() != first ? " new" : " same") + "\n";
+    // Each command that runs leaves a line: the one handed to the old launcher must not.
+    const PreparedFence writing = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write));
+    text += shell(writing, "echo ran >> calls; ulimit -n", lab.workspace()).out;
+    std::ifstream calls(lab.workspace() / "calls");
+    text += std::string(std::istreambuf_iterator<char>(calls), {});
+    std::filesystem::remove(lab.workspace() / "calls");
+    // The call went to the running launcher before the thread's fingerprint was read; its
+    // supervisor got no request (the one line above is the new launcher's), and the old launcher
+    // was stopped.
+    text += std::to_string(FenceLauncher::starts() - starts) + (FenceLauncher::pid() != first ? " new" : " same") +
+            (running(first) ? " first running" : " first gone") + "\n";
     if (!dsh::test::become_nobody()) {
       ::_exit(251);
     }
@@ -289,7 +297,7 @@ TEST_CASE("a launcher that no longer matches the host is replaced: credentials a
   });
   // A fork of the test host starts its own launcher; the limit and the user each replace it.
   CHECK(result.substr(0, 2) == "0\n");
-  CHECK_THAT(result, Catch::Matchers::EndsWith("\n77\n1 new\n65534\n77\n2\n"));
+  CHECK_THAT(result, Catch::Matchers::EndsWith("\n77\nran\n1 new first gone\n65534\n77\n2\n"));
 }
 
 TEST_CASE("a launcher that cannot be used is reported, and Launch::launcher then runs nothing") {

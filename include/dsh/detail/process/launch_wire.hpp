@@ -145,9 +145,10 @@ struct LaunchWire {
   /// Sends the request for `command` under `fence` with `plan`'s descriptors to the supervisor's
   /// socket `control`: the working directory `cwd`, the ruleset, the stdio and terminal
   /// descriptors travel as SCM_RIGHTS, the rest as fields. Throws dsh::SystemError when the
-  /// socket refuses it (the supervisor is gone).
+  /// socket refuses it (the supervisor is gone). With `go_ahead` the command's child waits for
+  /// the host's go-ahead on `control` before exec (StartPlan::go_ahead).
   template <class Command> static void send(int control, const Command& command, const PreparedFence& fence,
-                                            const StartPlan& plan, int cwd, ::mode_t mask) {
+                                            const StartPlan& plan, int cwd, ::mode_t mask, bool go_ahead) {
     std::array<int, launch_descriptors> descriptors{};
     std::uint32_t count = 0;
     const auto attach = [&](int fd) -> std::uint64_t {
@@ -167,6 +168,7 @@ struct LaunchWire {
     out.word(attach(plan.terminal));
     out.word(plan.null_stdin ? 1 : 0);
     out.word(mask);
+    out.word(go_ahead ? 1 : 0);
     out.word(static_cast<std::uint64_t>(command.limit_ms_));
     out.text(command.program_);
     out.texts(command.args_);
@@ -327,6 +329,7 @@ struct LaunchWire {
       plan.zygote_session = inherited_syscall_filter != nullptr; // forked from a zygote
       plan.null_stdin = in.word() != 0;
       const auto mask = static_cast<::mode_t>(in.word() & 0777U);
+      plan.go_ahead = in.word() != 0 ? control : -1;
       const auto limit = static_cast<long long>(in.word());
       std::string program = in.text();
       std::vector<std::string> args = in.texts();

@@ -45,7 +45,7 @@ namespace dsh::detail {
 inline constexpr std::uint32_t launch_magic = 0x4c485344U;
 /// The version of the launch messages; a launcher that answers with another one is not used.
 /// Bumped with any change of the wire format (detail/launch_wire.hpp).
-inline constexpr std::uint32_t launch_protocol = 3U;
+inline constexpr std::uint32_t launch_protocol = 4U;
 /// The argument before the protocol number on the launcher's command line.
 inline constexpr const char* launch_protocol_flag = "--dsh-launch-protocol";
 
@@ -130,8 +130,10 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
 /// and the scheduling attributes (nice value, policy, CPU affinity: the launcher's, as the
 /// thread that started it had them). A Landlock domain cannot be read back, so it is not in
 /// the print (docs/enforcement.md#the-launcher). Stores the process's umask, from the same
-/// read, in `mask`. Throws only std::bad_alloc.
-[[nodiscard]] inline std::string launch_fingerprint(::mode_t& mask) {
+/// read, in `mask`. Read in two parts (`launch_fingerprint_status`, then
+/// `launch_fingerprint_rest`), so that a call can send its request between them. Throws only
+/// std::bad_alloc.
+[[nodiscard]] inline std::string launch_fingerprint_status(::mode_t& mask) {
   std::string print;
   print.reserve(2048);
   print.append("pid=").append(std::to_string(::getpid())).push_back('\n');
@@ -149,6 +151,15 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
       mask &= 0777U;
     }
   }
+  return print;
+}
+
+/// The rest of the calling thread's fingerprint, after `launch_fingerprint_status`: its
+/// namespaces, root directory, control groups, resource limits, securebits and personality.
+/// Throws only std::bad_alloc.
+[[nodiscard]] inline std::string launch_fingerprint_rest() {
+  std::string print;
+  print.reserve(1536);
   // Opened on every call: a descriptor kept across calls could be closed by the host and its
   // number reused for another file.
   const UniqueFd namespaces_directory(
@@ -179,7 +190,20 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
   print.append(" personality=").append(std::to_string(::personality(0xffffffffUL))).push_back('\n');
   return print;
 }
+
+/// The calling thread's whole fingerprint: `launch_fingerprint_status` (storing the umask in
+/// `mask`), then `launch_fingerprint_rest`. Throws only std::bad_alloc.
+[[nodiscard]] inline std::string launch_fingerprint(::mode_t& mask) {
+  return launch_fingerprint_status(mask).append(launch_fingerprint_rest());
+}
 #endif
+
+/// A call handed to a running launcher before the calling thread's whole fingerprint was
+/// compared with the launcher's (`LauncherClient::hand_over`, then `confirm`).
+struct UnconfirmedCall {
+  std::string launcher_print; ///< the fingerprint of the launcher that took it; "" when none is pending
+  std::string status_part;    ///< `launch_fingerprint_status` of the calling thread
+};
 
 /// The process's launcher as the host sees it (see `dsh::FenceLauncher`).
 struct LauncherState {
@@ -235,7 +259,16 @@ public:
   /// a launcher is configured. `variant` says where the launcher forks the supervisor (its
   /// filtered zygotes, or itself). Returns "" when the launcher took the call, otherwise why not
   /// (also kept as the state's problem); nothing was started then. Throws only std::bad_alloc.
-  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask, LaunchVariant variant = LaunchVariant::plain) {
+  ///
+  /// With `unconfirmed` not null, a launcher of this process that already runs (and that the
+  /// calling thread may compare itself with) takes the call once the first part of the
+  /// fingerprint is read (`launch_fingerprint_status`, which gives `mask`): `*unconfirmed` then
+  /// holds that part and the fingerprint the launcher was started with, and the caller sends
+  /// the request with a go-ahead to wait for, then `confirm`s (the launcher's hop to the
+  /// supervisor and the supervisor's work then overlap the rest of the reading). Otherwise its
+  /// `launcher_print` is left empty.
+  [[nodiscard]] std::string hand_over(int control, ::mode_t& mask, LaunchVariant variant = LaunchVariant::plain,
+                                      UnconfirmedCall* unconfirmed = nullptr) {
 #if defined(__linux__)
     const auto unconfigured = [this] {
       return problem_ = "no launcher is configured (dsh::FenceLauncher::use, or the build's "
@@ -248,7 +281,21 @@ public:
         return unconfigured();
       }
     }
-    const std::string print = launch_fingerprint(mask);
+    std::string print;
+    if (unconfirmed != nullptr) {
+      unconfirmed->launcher_print.clear();
+      unconfirmed->status_part = launch_fingerprint_status(mask);
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (socket_ && owner_ == ::getpid() && !(kcmp_tells_ && !may_compare_with_launcher()) &&
+          send_descriptor(socket_.get(), control, variant) == 0) {
+        unconfirmed->launcher_print = fingerprint_;
+        problem_.clear();
+        return {};
+      }
+      print = unconfirmed->status_part + launch_fingerprint_rest();
+    } else {
+      print = launch_fingerprint(mask);
+    }
     const std::lock_guard<std::mutex> lock(mutex_);
     if (program_.empty()) { // configured away meanwhile
       return unconfigured();
@@ -282,6 +329,28 @@ public:
     mask = 022;
     return "a launcher needs Linux";
 #endif
+  }
+
+  /// After a `hand_over` that left `unconfirmed` pending, and the call's request sent: reads
+  /// the rest of the calling thread's fingerprint and returns true when the whole is the one
+  /// the launcher that took the call was started with (the caller then sends the go-ahead).
+  /// Otherwise stops that launcher if it still runs and returns false: the caller closes the
+  /// call's socket, so that its command's child reads end of file instead of the go-ahead and
+  /// runs nothing, and hands the call over again without `unconfirmed`, which starts a
+  /// launcher from this thread. Throws only std::bad_alloc.
+  [[nodiscard]] bool confirm(const UnconfirmedCall& unconfirmed) {
+#if defined(__linux__)
+    if (unconfirmed.status_part + launch_fingerprint_rest() == unconfirmed.launcher_print) {
+      return true;
+    }
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (socket_ && owner_ == ::getpid() && fingerprint_ == unconfirmed.launcher_print) {
+      stop(); // the thread changed since that launcher started
+    }
+#else
+    (void)unconfirmed;
+#endif
+    return false;
   }
 
   LauncherClient(const LauncherClient&) = delete;

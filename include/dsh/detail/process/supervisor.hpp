@@ -217,7 +217,14 @@ struct StartPlan {
   /// only its calls share (`run_filtered_zygote`): a command under the filter, off the terminal
   /// family, stays in it with a process group of its own instead of leading a new session.
   bool zygote_session = false;
+  /// The call's socket, on which the host sends `go_ahead_byte` once it has confirmed that
+  /// the launcher still matches its thread: the command's child reads it just before exec and
+  /// runs nothing without it. -1 when none is awaited (a host's fork, a confirmed hand-over).
+  int go_ahead = -1;
 };
+
+/// The byte of the host's go-ahead (StartPlan::go_ahead).
+inline constexpr char go_ahead_byte = 'G';
 
 /// Throws the error a failed start of `program` under the `mode` fence reported (`report`), or
 /// that its supervisor died first (`status` is its raw wait status, or negative for a supervisor
