@@ -630,6 +630,13 @@ private:
       detail::send_report(report_fd, report, self.get());
     }
     detail::close_all_except({report_fd, children, child_events});
+    // The kernel tears a mount namespace down, unmounting its whole tree, as the last process
+    // in it exits and before that process can be reaped, so the layer's teardown would delay
+    // the end of every call; held here, the namespace goes with this process's exit instead,
+    // after the host has its report. Nobody can enter it meanwhile: this descriptor is its
+    // only way in. (A command that exits first leaves nothing to hold.)
+    const int held_namespace = fence.namespaces_.active ? detail::open_mount_namespace_of(command) : -1;
+    static_cast<void>(held_namespace); // closed by _exit
 
     int status = 0;
     bool command_ended = false;

@@ -294,6 +294,43 @@ TEST_CASE("inside the namespace layer: own processes, a private /tmp, a read-onl
   }
 }
 
+TEST_CASE("the layer's mount namespace is held by the call's supervisor, so its teardown follows the host's report") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : dsh::test::host_table) {
+    for (const Isolation isolation : {Isolation::required, Isolation::off}) {
+      CAPTURE(unprivileged, isolation == Isolation::off);
+      const Setup setup(unprivileged);
+      const std::string result = as_host({unprivileged, false}, [&]() -> std::string {
+        const PreparedFence fence =
+            PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), setup.options(isolation));
+        FencedCommand command({"bash", "-c", "readlink /proc/self/ns/mnt > ns.tmp && mv ns.tmp ns; exec sleep 30"});
+        command.in_directory(setup.lab.workspace());
+        dsh::FencedChild child = command.spawn(fence);
+        const std::filesystem::path written = setup.lab.workspace() / "ns";
+        for (int i = 0; i < 500 && !std::filesystem::exists(written); ++i) {
+          ::usleep(10000);
+        }
+        std::string own = read_file(written);
+        own = own.substr(0, own.find('\n'));
+        std::string held = "none";
+        const std::filesystem::path descriptors = "/proc/" + std::to_string(child.pid()) + "/fd";
+        for (const auto& entry : std::filesystem::directory_iterator(descriptors)) {
+          std::error_code ignored;
+          if (std::filesystem::read_symlink(entry.path(), ignored).native() == own) {
+            held = "the command's";
+          }
+        }
+        child.terminate();
+        const int status = child.wait();
+        std::filesystem::remove(written);
+        return own.starts_with("mnt:[") ? "held: " + held + ", " + std::to_string(status) : "no namespace: " + own;
+      });
+      CHECK(result ==
+            (isolation == Isolation::off ? "held: none, " : "held: the command's, ") + std::to_string(128 + SIGKILL));
+    }
+  }
+}
+
 TEST_CASE("a workspace beneath /tmp keeps the host's /tmp in view in every mode, so the call still works there") {
   DSH_REQUIRE_LANDLOCK();
   const dsh::test::TempDir host_tmp("/tmp");
