@@ -85,9 +85,10 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
       entries.emplace_back(entry);
     }
     struct stat status {};
-    if (::lstat(entry.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) {
+    const bool seen = ::lstat(entry.c_str(), &status) == 0;
+    if (seen && S_ISDIR(status.st_mode)) {
       known = std::move(entry);
-    } else if (links > 0) {
+    } else if (links > 0 && seen && S_ISLNK(status.st_mode)) { // only a link has a target to read
       if (const std::optional<std::filesystem::path> target = dangling_link_target(entry)) {
         --links;
         append_resolution_entries(target->is_absolute() ? target->native() : join_native(directory, target->native()),
@@ -98,11 +99,13 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
 }
 
 /// The guard for `spelled`: its canonical path, its resolution entries and where each lies in
-/// `mounts`. Throws what `canonical_path` throws (a relative path when the working directory
-/// cannot be read).
+/// `mounts`. `canonical` is `canonical_path(spelled)` when the caller has it already (nullptr:
+/// computed here). Throws what `canonical_path` throws (a relative path when the working
+/// directory cannot be read).
 [[nodiscard]] inline Guard make_guard(std::string what, const std::filesystem::path& spelled, bool content,
-                                      const std::vector<MountEntry>& mounts) {
-  Guard guard{std::move(what), content, canonical_path(spelled), {}};
+                                      const std::vector<MountEntry>& mounts,
+                                      const std::filesystem::path* canonical = nullptr) {
+  Guard guard{std::move(what), content, canonical != nullptr ? *canonical : canonical_path(spelled), {}};
   if (spelled.native().find('\0') == std::string::npos) {
     int links = 40;
     append_resolution_entries(spelled.native(), guard.entries, links);
@@ -210,15 +213,19 @@ loader_directories(std::string_view variable, std::string_view value, const std:
 /// host executable, the directories its loader variables name, an absolute $TMPDIR, the
 /// workspace root and, when given, the session cwd as spelled, the session log and the host's
 /// protected paths.
+/// `canonical_log` is `canonical_path(options.session_log)` when the caller has it (nullptr:
+/// computed here).
 [[nodiscard]] inline std::vector<Guard> workspace_guards(const ResolvedPolicy& policy, const FenceOptions& options,
                                                          const HostEnvironment& environment,
-                                                         const std::vector<MountEntry>& mounts) {
+                                                         const std::vector<MountEntry>& mounts,
+                                                         const std::filesystem::path* canonical_log = nullptr) {
   const auto named = [](std::string_view what, const std::filesystem::path& path) {
     return std::string(what) + " " + json_string_literal(path.native());
   };
   std::vector<Guard> guards;
   const std::filesystem::path host = canonical_path("/proc/self/exe");
-  guards.push_back(make_guard(named("the host executable", host), host, true, mounts));
+  // The kernel's name of the file, canonical already.
+  guards.push_back(make_guard(named("the host executable", host), host, true, mounts, &host));
   // The launcher runs every later call's supervisor, unfenced, until it is started again.
   if (const std::filesystem::path launcher = LauncherClient::instance().state().program; !launcher.empty()) {
     guards.push_back(make_guard(named("the fence launcher", launcher), launcher, true, mounts));
@@ -254,7 +261,8 @@ loader_directories(std::string_view variable, std::string_view value, const std:
     }
   }
   if (!options.session_log.empty()) {
-    guards.push_back(make_guard(named("the session log", options.session_log), options.session_log, true, mounts));
+    guards.push_back(
+        make_guard(named("the session log", options.session_log), options.session_log, true, mounts, canonical_log));
   }
   for (const std::filesystem::path& path : options.protected_paths) {
     guards.push_back(make_guard(named("the protected path", path), path, true, mounts));

@@ -98,12 +98,14 @@ namespace dsh::detail {
 /// digest of `session_id`, else "log-" and a digest of the session log's canonical path, else
 /// "call-" and 16 random hexadecimal digits (a directory for this fence alone). Throws
 /// LandlockError when the kernel gives no random bytes.
-[[nodiscard]] inline std::string private_temporary_name(const FenceOptions& options) {
+[[nodiscard]] inline std::string private_temporary_name(const FenceOptions& options,
+                                                        const std::filesystem::path* canonical_log = nullptr) {
   if (!options.session_id.empty()) {
     return "session-" + name_digest(options.session_id);
   }
   if (!options.session_log.empty()) {
-    return "log-" + name_digest(canonical_path(options.session_log).native());
+    return "log-" + name_digest(canonical_log != nullptr ? canonical_log->native()
+                                                         : canonical_path(options.session_log).native());
   }
   std::array<unsigned char, 8> random{};
   std::size_t got = 0;
