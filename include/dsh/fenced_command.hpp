@@ -521,7 +521,8 @@ private:
     if (const detail::ChildStep failed = detail::install_stdio(plan.stdio, plan.null_stdin); failed.error != 0) {
       return failed;
     }
-    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient, plan.supervised); !applied.ok()) {
+    if (const ApplyResult applied = fence.enter(plan.bounding, plan.ambient, plan.supervised, plan.ipc_namespace_made);
+        !applied.ok()) {
       return {applied.error, applied.step,
               applied.capabilities ? detail::ChildStage::capabilities : detail::ChildStage::fence, applied.capability};
     }
@@ -589,6 +590,7 @@ private:
     detail::StartPlan plan = host_plan;
     plan.bounding = begun.own.bounding;
     plan.ambient = begun.own.ambient;
+    plan.ipc_namespace_made = begun.ipc_namespace_made;
     detail::SupervisorReport report{};
     const auto fail = [&report, report_fd](const detail::ChildStep& failed) noexcept {
       report.kind = detail::SupervisorReport::failed;

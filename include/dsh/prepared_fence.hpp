@@ -355,7 +355,10 @@ private:
   /// user and PID namespaces (`enter_supervisor_namespaces`); otherwise this call enters them,
   /// forking once so that the calling process's child goes on as PID 1 of the new namespace
   /// while the caller waits and passes on how it ended.
-  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient, bool supervised) const noexcept {
+  /// `ipc_namespace_made`: the caller is in a new IPC namespace made for this call already (a
+  /// launcher's spare supervisor made it), which a fence without the layer then keeps.
+  ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient, bool supervised,
+                    bool ipc_namespace_made = false) const noexcept {
     if (report_.status == FenceStatus::unrestricted) {
       return {};
     }
@@ -382,7 +385,7 @@ private:
       }
       filter = &filter_;
     } else if (report_.ipc_namespace) {
-      if (::unshare(CLONE_NEWIPC) == 0) {
+      if (ipc_namespace_made || ::unshare(CLONE_NEWIPC) == 0) {
         filter = &filter_;
       } else if (errno != EPERM) {
         return {errno, "unshare(CLONE_NEWIPC)"};

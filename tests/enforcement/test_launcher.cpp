@@ -472,6 +472,10 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
           return "children of the zygote between calls: " + std::to_string(spares.size());
         }
         const ::pid_t spare = spares.front();
+        // Its first step after the fork (a spare just forked may not have taken it yet).
+        for (int i = 0; i < 500 && ::getpgid(spare) != spare; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
         std::string text = ::getpgid(spare) == spare ? "a group of its own\n" : "in another group\n";
         // The call the spare takes forks the next spare; the command looks for it (a child of
         // the zygote that is not its own supervisor) and attacks it.
@@ -516,6 +520,56 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
                       "the next call served by it\n" +
                           std::to_string(128 + SIGKILL) + "\n");
     }
+  });
+}
+
+TEST_CASE("each call through a zygote's spare gets an IPC namespace of its own as root, and none as an unprivileged "
+          "host (whose filter refuses System V IPC instead)") {
+  const Lab lab;
+  over_launcher_hosts(lab, [&](const bool unprivileged) {
+    CAPTURE(unprivileged);
+    const std::string result = as_host(unprivileged, [&] {
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::off; // the base fence: the layer makes its own namespaces
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+      std::error_code ignored;
+      const std::string host = std::filesystem::read_symlink("/proc/self/ns/ipc", ignored).native();
+      std::vector<std::string> seen;
+      for (int call = 0; call < 3; ++call) {
+        const dsh::test::Shell read = shell(fence, "readlink /proc/self/ns/ipc", lab.workspace());
+        seen.push_back(read.out.substr(0, read.out.find('\n')));
+      }
+      // The spare waiting for the next call made that call's namespace already (as root).
+      std::string spare_namespace = "no spare";
+      const std::vector<::pid_t> zygotes = children_of(FenceLauncher::pid());
+      if (zygotes.size() == 1) {
+        std::vector<::pid_t> spares = children_of(zygotes.front());
+        for (int i = 0; i < 500 && spares.size() != 1; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          spares = children_of(zygotes.front());
+        }
+        if (spares.size() == 1) {
+          // Made once the spare has begun its supervision, just after its fork (as root).
+          const std::string link = "/proc/" + std::to_string(spares.front()) + "/ns/ipc";
+          spare_namespace = std::filesystem::read_symlink(link, ignored).native();
+          for (int i = 0; i < 500 && !unprivileged && spare_namespace == host; ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            spare_namespace = std::filesystem::read_symlink(link, ignored).native();
+          }
+          seen.push_back(spare_namespace);
+        }
+      }
+      std::string text;
+      for (const std::string& namespace_link : seen) {
+        text += !namespace_link.starts_with("ipc:[")                        ? "unreadable\n"
+                : namespace_link == host                                    ? "the host's\n"
+                : std::count(seen.begin(), seen.end(), namespace_link) == 1 ? "its own\n"
+                                                                            : "shared with another call\n";
+      }
+      return text;
+    });
+    CHECK(result ==
+          (unprivileged ? "the host's\nthe host's\nthe host's\nthe host's\n" : "its own\nits own\nits own\nits own\n"));
   });
 }
 

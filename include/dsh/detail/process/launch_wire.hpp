@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -478,12 +479,17 @@ inline constexpr char spare_saw_end = 'E';
 /// parent, so that a zygote that died leaves no spare holding its socket (the launcher then
 /// starts a new zygote, as it did before spares); with a call it outlives it, as a supervisor
 /// forked by the zygote does. Never returns.
-template <class Command> [[noreturn]] void run_spare_supervisor(int socket, int told, ::pid_t zygote) noexcept {
+template <class Command>
+[[noreturn]] void run_spare_supervisor(int socket, int told, ::pid_t zygote, bool own_ipc_namespace) noexcept {
   if (::prctl(PR_SET_PDEATHSIG, static_cast<unsigned long>(SIGKILL), 0UL, 0UL, 0UL) != 0 || ::getppid() != zygote) {
     ::_exit(0); // the zygote is gone already (or cannot be followed): it takes no call
   }
   const int group_error = ::setpgid(0, 0) == 0 ? 0 : errno;
-  const Supervision begun = begin_supervision();
+  Supervision begun = begin_supervision();
+  // Its call's command gets an IPC namespace of its own (a root host's base fence): made now,
+  // for this spare's one call alone, rather than by the command's child in the call's path.
+  // Where it fails, the child makes it as before.
+  begun.ipc_namespace_made = own_ipc_namespace && ::unshare(CLONE_NEWIPC) == 0;
   const HandedCall handed = receive_handed(socket);
   if (handed.got > 0) {
     static_cast<void>(::prctl(PR_SET_PDEATHSIG, 0UL, 0UL, 0UL, 0UL)); // cannot fail: 0 is a valid signal
@@ -521,8 +527,8 @@ template <class Command> [[noreturn]] void run_spare_supervisor(int socket, int 
 /// before it drops (`read_thread_status`) and asks only for what is left. Exits with 1, having
 /// said nothing, when the kernel refuses no_new_privs or the filter; the launcher then forks those
 /// calls itself, and each child installs its filter (or fails closed) as before. Never returns.
-template <class Command>
-[[noreturn]] void run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& program) noexcept {
+template <class Command> [[noreturn]] void
+run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& program, bool own_ipc_namespace) noexcept {
   // A session of its own, once: the commands of its calls stay in it (StartPlan::zygote_session),
   // so that a call makes no session, and so no scheduling group, of its own
   // (docs/performance.md). It ignores SIGHUP, which the kernel sends to an orphaned process
@@ -554,7 +560,7 @@ template <class Command>
       const ::pid_t spare = ::fork();
       if (spare == 0) {
         ::close(told[0]);
-        run_spare_supervisor<Command>(socket, told[1], zygote);
+        run_spare_supervisor<Command>(socket, told[1], zygote, own_ipc_namespace);
       }
       ::close(told[1]);
       char word = 0;
@@ -612,7 +618,7 @@ void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<i
   if (pid == 0) {
     ::close(ends[0]);
     close_parent_sockets(inherited);
-    run_filtered_zygote<Command>(ends[1], *program);
+    run_filtered_zygote<Command>(ends[1], *program, !refuse_sysv_ipc);
   }
   ::close(ends[1]);
   char ready = 0;

@@ -76,6 +76,8 @@ struct Supervision {
   int children = -1;     ///< /proc/thread-self/children, read to kill what is left at the end
   int child_events = -1; ///< a signalfd of SIGCHLD (close-on-exec, non-blocking)
   ChildStep failed{};
+  /// A spare made a new IPC namespace for its call's command before the call came.
+  bool ipc_namespace_made = false;
 };
 
 /// Makes the calling process a supervisor: blocks every signal, resets each disposition its
@@ -246,6 +248,9 @@ struct StartPlan {
   /// the launcher still matches its thread: the command's child reads it just before exec and
   /// runs nothing without it. -1 when none is awaited (a host's fork, a confirmed hand-over).
   int go_ahead = -1;
+  /// The supervisor is in a new IPC namespace made for this call (`Supervision`): the child,
+  /// whose fence wants one, makes none of its own.
+  bool ipc_namespace_made = false;
 };
 
 /// The byte of the host's go-ahead (StartPlan::go_ahead).
