@@ -474,8 +474,9 @@ inline constexpr char spare_saw_end = 'E';
 /// supervisor's own setup (`begin_supervision`) waits in the call's path: makes a process
 /// group of its own (`fork_supervisor` says why), begins its supervision, takes the next call
 /// from the zygote's `socket` itself, tells the zygote on `told` (`spare_took_call`, or
-/// `spare_saw_end` at end of file, then exits), closes both and serves the call. A step that
-/// failed before the call came is reported on it. Until it has a call it dies with `zygote`, its
+/// `spare_saw_end` at end of file, then exits), closes both and serves the call. A step of its
+/// supervision that failed before the call came is tried again then, and reported on the call
+/// if it fails again. Until it has a call it dies with `zygote`, its
 /// parent, so that a zygote that died leaves no spare holding its socket (the launcher then
 /// starts a new zygote, as it did before spares); with a call it outlives it, as a supervisor
 /// forked by the zygote does. Never returns.
@@ -503,6 +504,18 @@ template <class Command>
       ::close(handed.fds[i]);
     }
     ::_exit(0);
+  }
+  if (begun.failed.error != 0) {
+    // It failed while the spare waited (a file table filled for a moment by another call's
+    // command, say): tried again for the call, which fails only if it fails now.
+    for (const int fd : {begun.children, begun.child_events}) {
+      if (fd >= 0) {
+        ::close(fd);
+      }
+    }
+    const bool made = begun.ipc_namespace_made;
+    begun = begin_supervision();
+    begun.ipc_namespace_made = made;
   }
   if (group_error != 0) {
     SupervisorReport report{};
