@@ -523,8 +523,8 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
   });
 }
 
-TEST_CASE("each call through a zygote's spare gets an IPC namespace of its own as root, and none as an unprivileged "
-          "host (whose filter refuses System V IPC instead)") {
+TEST_CASE("two running calls and the spare waiting for the next each hold an IPC namespace of their own as root, "
+          "and none as an unprivileged host (whose filter refuses System V IPC instead)") {
   const Lab lab;
   over_launcher_hosts(lab, [&](const bool unprivileged) {
     CAPTURE(unprivileged);
@@ -534,31 +534,49 @@ TEST_CASE("each call through a zygote's spare gets an IPC namespace of its own a
       const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
       std::error_code ignored;
       const std::string host = std::filesystem::read_symlink("/proc/self/ns/ipc", ignored).native();
+      // Namespaces are compared while all are alive: the kernel reuses a dead one's number.
       std::vector<std::string> seen;
-      for (int call = 0; call < 3; ++call) {
-        const dsh::test::Shell read = shell(fence, "readlink /proc/self/ns/ipc", lab.workspace());
-        seen.push_back(read.out.substr(0, read.out.find('\n')));
+      const auto namespace_of = [&](::pid_t pid) {
+        return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/ipc", ignored).native();
+      };
+      FencedCommand first_command({"sleep", "30"});
+      first_command.launch(Launch::launcher).in_directory(lab.workspace());
+      dsh::FencedChild first = first_command.spawn(fence);
+      FencedCommand second_command({"sleep", "30"});
+      second_command.launch(Launch::launcher).in_directory(lab.workspace());
+      dsh::FencedChild second = second_command.spawn(fence);
+      for (const dsh::FencedChild* call : {&first, &second}) {
+        const std::vector<::pid_t> commands = children_of(call->pid()); // the supervisor's one child
+        seen.push_back(commands.size() == 1 ? namespace_of(commands.front()) : "no command");
       }
       // The spare waiting for the next call made that call's namespace already (as root).
       std::string spare_namespace = "no spare";
       const std::vector<::pid_t> zygotes = children_of(FenceLauncher::pid());
       if (zygotes.size() == 1) {
-        std::vector<::pid_t> spares = children_of(zygotes.front());
+        std::vector<::pid_t> spares;
         for (int i = 0; i < 500 && spares.size() != 1; ++i) {
+          spares.clear();
+          for (const ::pid_t forked : children_of(zygotes.front())) {
+            if (forked != first.pid() && forked != second.pid()) {
+              spares.push_back(forked);
+            }
+          }
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          spares = children_of(zygotes.front());
         }
         if (spares.size() == 1) {
           // Made once the spare has begun its supervision, just after its fork (as root).
-          const std::string link = "/proc/" + std::to_string(spares.front()) + "/ns/ipc";
-          spare_namespace = std::filesystem::read_symlink(link, ignored).native();
+          spare_namespace = namespace_of(spares.front());
           for (int i = 0; i < 500 && !unprivileged && spare_namespace == host; ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            spare_namespace = std::filesystem::read_symlink(link, ignored).native();
+            spare_namespace = namespace_of(spares.front());
           }
           seen.push_back(spare_namespace);
         }
       }
+      first.terminate();
+      second.terminate();
+      static_cast<void>(first.wait());
+      static_cast<void>(second.wait());
       std::string text;
       for (const std::string& namespace_link : seen) {
         text += !namespace_link.starts_with("ipc:[")                        ? "unreadable\n"
@@ -568,8 +586,7 @@ TEST_CASE("each call through a zygote's spare gets an IPC namespace of its own a
       }
       return text;
     });
-    CHECK(result ==
-          (unprivileged ? "the host's\nthe host's\nthe host's\nthe host's\n" : "its own\nits own\nits own\nits own\n"));
+    CHECK(result == (unprivileged ? "the host's\nthe host's\nthe host's\n" : "its own\nits own\nits own\n"));
   });
 }
 
