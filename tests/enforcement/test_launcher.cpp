@@ -115,6 +115,48 @@ std::vector<::pid_t> children_of(::pid_t pid) {
   return children;
 }
 
+/// The children of `parent` other than `excluded`, once there are exactly `count` of them (a
+/// zygote forks its spare, and a supervisor exits, on their own time); what there is after
+/// five seconds otherwise.
+std::vector<::pid_t> children_once(::pid_t parent, std::size_t count, const std::vector<::pid_t>& excluded = {}) {
+  std::vector<::pid_t> found;
+  for (int i = 0; i < 500; ++i) {
+    found.clear();
+    for (const ::pid_t child : children_of(parent)) {
+      if (std::find(excluded.begin(), excluded.end(), child) == excluded.end()) {
+        found.push_back(child);
+      }
+    }
+    if (found.size() == count) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return found;
+}
+
+/// A fenced command's five attempts on the process $P, each printing what it did when it
+/// succeeds: end it, stop it, limit it, renice it, and read its environment (which takes the
+/// ptrace access check).
+constexpr const char* attempts_on_p = "kill -KILL $P 2>/dev/null && echo killed $P; "
+                                      "kill -STOP $P 2>/dev/null && echo stopped $P; "
+                                      "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
+                                      "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
+                                      "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; ";
+
+/// Whether `target` outlived those attempts untouched: "alive", "limits kept", "priority kept"
+/// (this process's), a line each.
+std::string left_alone(::pid_t target) {
+  std::string text = running(target) ? "alive\n" : "gone\n";
+  rlimit files{};
+  ::prlimit(target, RLIMIT_NOFILE, nullptr, &files);
+  text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
+  text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(target)) == ::getpriority(PRIO_PROCESS, 0)
+              ? "priority kept\n"
+              : "priority changed\n";
+  return text;
+}
+
 /// The values of NoNewPrivs, Seccomp and Seccomp_filters in `status` (a /proc status text), as
 /// "NoNewPrivs=N Seccomp=N Seccomp_filters=N".
 std::string filter_fields_in(const std::string& status) {
@@ -407,31 +449,20 @@ TEST_CASE("a fenced command can neither end, slow nor trace the launcher or its 
         const ::pid_t zygote = zygotes.front();
         const dsh::test::Shell attack = shell(
             fence,
-            "for P in $L $Z; do "
-            "kill -KILL $P 2>/dev/null && echo killed $P; "
-            "kill -STOP $P 2>/dev/null && echo stopped $P; "
-            "prlimit --pid $P --nofile=1 2>/dev/null && echo limited $P; "
-            "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced $P; "
-            "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced $P; "
-            "done; "
-            // the zygote's process group can be joined (the command stays in the session the
-            // zygote leads), but no group can be reniced, not even the caller's own (perl:
-            // setpgid)
-            "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] || echo not-own-group; "
-            "perl -e 'setpgrp(0, $ARGV[0]) or exit 2; exec qw(renice -n 19 -g 0)' $G >/dev/null 2>&1; "
-            "echo \"joined, renice -g: $?\"; "
-            "echo done",
+            std::string("for P in $L $Z; do ") + attempts_on_p +
+                "done; "
+                // the zygote's process group can be joined (the command stays in the session the
+                // zygote leads), but no group can be reniced, not even the caller's own (perl:
+                // setpgid)
+                "[ \"$(ps -o pgid= -p $$ | tr -d ' ')\" = $$ ] || echo not-own-group; "
+                "perl -e 'setpgrp(0, $ARGV[0]) or exit 2; exec qw(renice -n 19 -g 0)' $G >/dev/null 2>&1; "
+                "echo \"joined, renice -g: $?\"; "
+                "echo done",
             lab.workspace(),
             {"L=" + std::to_string(launcher), "Z=" + std::to_string(zygote), "G=" + std::to_string(::getpgid(zygote))});
         std::string text = attack.out;
         for (const ::pid_t target : {launcher, zygote}) {
-          text += running(target) ? "alive\n" : "gone\n";
-          rlimit files{};
-          ::prlimit(target, RLIMIT_NOFILE, nullptr, &files);
-          text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
-          text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(target)) == ::getpriority(PRIO_PROCESS, 0)
-                      ? "priority kept\n"
-                      : "priority changed\n";
+          text += left_alone(target);
         }
         text += shell(fence, "echo next", lab.workspace()).out;
         text += FenceLauncher::pid() == launcher ? "same launcher\n" : "another launcher\n";
@@ -463,11 +494,7 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
         }
         const ::pid_t zygote = zygotes.front();
         // The last call's supervisor ends after its report: wait until the spare alone is left.
-        std::vector<::pid_t> spares = children_of(zygote);
-        for (int i = 0; i < 500 && spares.size() != 1; ++i) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          spares = children_of(zygote);
-        }
+        const std::vector<::pid_t> spares = children_once(zygote, 1);
         if (spares.size() != 1) {
           return "children of the zygote between calls: " + std::to_string(spares.size());
         }
@@ -485,13 +512,8 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
                   "for D in /proc/[0-9]*; do P=${D#/proc/}; "
                   "[ \"$(cut -d' ' -f4 $D/stat 2>/dev/null)\" = $Z ] && [ $P != $PPID ] && break 2; done; "
                   "n=$((n+1)); sleep 0.01; done; "
-                  "[ $PPID = $S ] && echo served by the spare; "
-                  "kill -KILL $P 2>/dev/null && echo killed; "
-                  "kill -STOP $P 2>/dev/null && echo stopped; "
-                  "prlimit --pid $P --nofile=1 2>/dev/null && echo limited; "
-                  "renice -n 19 -p $P >/dev/null 2>&1 && echo reniced; "
-                  "head -c1 /proc/$P/environ >/dev/null 2>&1 && echo traced; "
-                  "echo done; echo $P",
+                  "[ $PPID = $S ] && echo served by the spare; " +
+                      std::string(attempts_on_p) + "echo done; echo $P",
                   lab.workspace(), {"Z=" + std::to_string(zygote), "S=" + std::to_string(spare)});
         // Its last line is the pid it attacked (read-only cannot write it to a file).
         const std::size_t last = attack.out.rfind('\n', attack.out.size() - 2);
@@ -501,13 +523,7 @@ TEST_CASE("a zygote keeps a spare supervisor forked ahead, which serves the next
         if (next <= 0 || next == spare || parent_of(next) != zygote) {
           return text + "no next spare found: " + std::to_string(next);
         }
-        text += running(next) ? "alive\n" : "gone\n";
-        rlimit files{};
-        ::prlimit(next, RLIMIT_NOFILE, nullptr, &files);
-        text += files.rlim_cur > 1 ? "limits kept\n" : "limits changed\n";
-        text += ::getpriority(PRIO_PROCESS, static_cast<id_t>(next)) == ::getpriority(PRIO_PROCESS, 0)
-                    ? "priority kept\n"
-                    : "priority changed\n";
+        text += left_alone(next);
         FencedCommand command({"sleep", "30"});
         command.launch(Launch::launcher).in_directory(lab.workspace());
         dsh::FencedChild child = command.spawn(fence);
@@ -553,16 +569,7 @@ TEST_CASE("two running calls and the spare waiting for the next each hold an IPC
       std::string spare_namespace = "no spare";
       const std::vector<::pid_t> zygotes = children_of(FenceLauncher::pid());
       if (zygotes.size() == 1) {
-        std::vector<::pid_t> spares;
-        for (int i = 0; i < 500 && spares.size() != 1; ++i) {
-          spares.clear();
-          for (const ::pid_t forked : children_of(zygotes.front())) {
-            if (forked != first.pid() && forked != second.pid()) {
-              spares.push_back(forked);
-            }
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
+        const std::vector<::pid_t> spares = children_once(zygotes.front(), 1, {first.pid(), second.pid()});
         if (spares.size() == 1) {
           // Made once the spare has begun its supervision, just after its fork (as root).
           spare_namespace = namespace_of(spares.front());
@@ -682,15 +689,7 @@ TEST_CASE("a zygote that dies takes its spare with it and is started again at th
     }
     // The spare the zygote forked when this call came dies with it, so that nothing holds the
     // dead zygote's socket and the launcher starts a new one.
-    std::vector<::pid_t> spares;
-    for (int i = 0; i < 500 && spares.empty(); ++i) {
-      for (const ::pid_t forked : children_of(zygote)) {
-        if (forked != child.pid()) {
-          spares.push_back(forked);
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    const std::vector<::pid_t> spares = children_once(zygote, 1, {child.pid()});
     if (spares.size() != 1) {
       return "spares: " + std::to_string(spares.size());
     }
@@ -824,11 +823,7 @@ TEST_CASE("when the host dies its launcher, its zygote and the zygote's spare ex
   REQUIRE(zygotes.size() == 1); // the zygote that forked the call's supervisor
   CHECK(running(zygotes.front()));
   // The call's supervisor and the spare forked for the next call.
-  std::vector<::pid_t> forked = children_of(zygotes.front());
-  for (int i = 0; i < 500 && forked.size() != 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    forked = children_of(zygotes.front());
-  }
+  const std::vector<::pid_t> forked = children_once(zygotes.front(), 2);
   CHECK(forked.size() == 2);
   ::kill(host, SIGKILL);
   CHECK(FencedCommand::wait_for(host) == 128 + SIGKILL);
