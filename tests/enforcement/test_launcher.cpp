@@ -908,6 +908,67 @@ TEST_CASE("threads with the same credentials share one launcher; one in a Landlo
   CHECK_FALSE(std::filesystem::exists(lab.outside() / "made-by-domain"));
 }
 
+TEST_CASE("two threads that differ in what a fork of them passes on call at once, and every call runs once") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  over_launcher_hosts(lab, [&](bool unprivileged) {
+    INFO((unprivileged ? "host uid 65534" : "root host"));
+    std::filesystem::remove(lab.workspace() / "calls");
+    const std::string result = as_host(unprivileged, [&] {
+      // The base fence: the launcher is what is tried here, and the layer would make its
+      // placeholders in the workspace as root first, which uid 65534 could not then enter.
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::off;
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+      // Each thread's calls alternate with the other's, so each replaces the launcher the other
+      // started (no_new_privs is the thread's own, and a fork of it passes it on); a call already
+      // handed to the launcher being replaced must still run, once.
+      constexpr int calls = 20;
+      std::array<std::string, 2> failures;
+      const auto caller = [&](int which) {
+        if (which == 1 && ::prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) {
+          failures[1] = "no_new_privs refused\n";
+          return;
+        }
+        for (int i = 0; i < calls; ++i) {
+          std::string failure;
+          try {
+            const Shell call = shell(fence, "echo \"$W $I\" >> calls", lab.workspace(),
+                                     {"W=" + std::to_string(which), "I=" + std::to_string(i)});
+            if (call.status != 0) {
+              failure = "exit " + std::to_string(call.status) + ": " + call.err;
+            }
+          } catch (const std::exception& error) {
+            failure = error.what();
+          }
+          if (!failure.empty()) {
+            failures[static_cast<std::size_t>(which)] +=
+                std::to_string(which) + " " + std::to_string(i) + ": " + failure + "\n";
+          }
+        }
+      };
+      std::thread other(caller, 1);
+      caller(0);
+      other.join();
+      std::ifstream lines(lab.workspace() / "calls");
+      std::vector<std::string> ran;
+      for (std::string line; std::getline(lines, line);) {
+        ran.push_back(line);
+      }
+      std::sort(ran.begin(), ran.end());
+      std::vector<std::string> expected;
+      for (int which = 0; which < 2; ++which) {
+        for (int i = 0; i < calls; ++i) {
+          expected.push_back(std::to_string(which) + " " + std::to_string(i));
+        }
+      }
+      std::sort(expected.begin(), expected.end());
+      return failures[0] + failures[1] + (ran == expected ? "each ran once" : std::to_string(ran.size()) + " lines");
+    });
+    CHECK(result == "each ran once");
+  });
+}
+
 TEST_CASE("a root host whose system refuses new IPC namespaces gets the host's System V IPC refused, by fork and "
           "by the launcher") {
   DSH_REQUIRE_LANDLOCK();

@@ -198,6 +198,11 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
 }
 #endif
 
+/// How long `LauncherClient::stop` waits for a launcher whose socket it closed to serve the
+/// calls still queued there and exit, before it ends it with SIGKILL (milliseconds). Each call
+/// costs it a send to a zygote or a fork; a launcher that takes longer is stuck.
+inline constexpr int launcher_drain_ms = 2000;
+
 /// A call handed to a running launcher before the calling thread's whole fingerprint was
 /// compared with the launcher's (`LauncherClient::hand_over`, then `confirm`).
 struct UnconfirmedCall {
@@ -522,13 +527,24 @@ private:
   }
 #endif
 
-  /// Closes the socket and ends the launcher (calls it already started are separate processes
-  /// and go on); waits for it through its pidfd, so no other child of the host is reaped.
+  /// Closes the socket, so that the launcher serves the calls already handed to it and then
+  /// reads end of file and exits; waits for that through its pidfd (so no other child of the
+  /// host is reaped), and ends it with SIGKILL if it has not exited within
+  /// `launcher_drain_ms`. Calls it already started are separate processes and go on.
+  ///
+  /// Not killed at once: a call another thread handed over a moment ago may still wait in the
+  /// socket, and its host would get "the call ended before its command started". Serving it is
+  /// safe: a call handed over by `hand_over`'s slow path matched this launcher when it was sent,
+  /// and one handed over before its thread's fingerprint was compared runs only with the
+  /// go-ahead its thread sends after `confirm`.
   void stop() noexcept {
     socket_.reset();
 #if defined(__linux__)
     if (pidfd_) {
-      ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0U);
+      pollfd exited{pidfd_.get(), POLLIN, 0};
+      if (retry_on_eintr([&]() noexcept { return ::poll(&exited, 1, launcher_drain_ms); }) != 1) {
+        ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0U);
+      }
       siginfo_t info{};
       static_cast<void>(retry_on_eintr(
           [&]() noexcept { return ::waitid(wait_by_pidfd, static_cast<id_t>(pidfd_.get()), &info, WEXITED); }));
