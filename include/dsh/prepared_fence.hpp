@@ -356,7 +356,8 @@ private:
   /// forking once so that the calling process's child goes on as PID 1 of the new namespace
   /// while the caller waits and passes on how it ended.
   /// `ipc_namespace_made`: the caller is in a new IPC namespace made for this call already (a
-  /// launcher's spare supervisor made it), which a fence without the layer then keeps.
+  /// launcher's spare supervisor made it), which the fence then keeps (the layer too, where it
+  /// makes no user namespace).
   ApplyResult enter(std::uint64_t bounding, std::uint64_t ambient, bool supervised,
                     bool ipc_namespace_made = false) const noexcept {
     if (report_.status == FenceStatus::unrestricted) {
@@ -377,7 +378,11 @@ private:
           return entered;
         }
       }
-      if (const ApplyResult mounted = detail::apply_mount_layer(namespaces_, true); !mounted.ok()) {
+      // The spare's IPC namespace is kept only where no user namespace is made: one made in the
+      // call's own user namespace must belong to it.
+      if (const ApplyResult mounted =
+              detail::apply_mount_layer(namespaces_, true, ipc_namespace_made && !namespaces_.user_namespace);
+          !mounted.ok()) {
         return mounted;
       }
       if (namespaces_.user_namespace) {

@@ -597,6 +597,54 @@ TEST_CASE("two running calls and the spare waiting for the next each hold an IPC
   });
 }
 
+// With the layer a root host's command keeps the IPC namespace its spare supervisor made; an
+// unprivileged host's command makes its own in its own user namespace.
+TEST_CASE("with the namespace layer each running call has an IPC namespace of its own") {
+  const Lab lab;
+  over_launcher_hosts(lab, [&](const bool unprivileged) {
+    CAPTURE(unprivileged);
+    const std::string result = as_host(unprivileged, [&] {
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::required;
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+      std::error_code ignored;
+      const auto namespace_of = [&](::pid_t pid) {
+        return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/ipc", ignored).native();
+      };
+      const std::string host = namespace_of(::getpid());
+      FencedCommand first_command({"sleep", "30"});
+      first_command.launch(Launch::launcher).in_directory(lab.workspace());
+      dsh::FencedChild first = first_command.spawn(fence);
+      FencedCommand second_command({"sleep", "30"});
+      second_command.launch(Launch::launcher).in_directory(lab.workspace());
+      dsh::FencedChild second = second_command.spawn(fence);
+      // Read while both run: the kernel reuses a dead namespace's number.
+      std::vector<std::string> commands;
+      std::string text;
+      for (const dsh::FencedChild* call : {&first, &second}) {
+        const std::vector<::pid_t> children = children_of(call->pid()); // the supervisor's one child
+        const std::string command = children.size() == 1 ? namespace_of(children.front()) : "no command";
+        const std::string supervisor = namespace_of(call->pid());
+        commands.push_back(command);
+        text += !command.starts_with("ipc:[") || !supervisor.starts_with("ipc:[") ? "unreadable"
+                : command == host                                                 ? "the host's"
+                : command == supervisor                                           ? "its supervisor's"
+                                                                                  : "its own";
+        text += supervisor == host ? ", supervisor in the host's\n" : ", supervisor in another\n";
+      }
+      text += commands[0] == commands[1] ? "shared\n" : "two\n";
+      first.terminate();
+      second.terminate();
+      static_cast<void>(first.wait());
+      static_cast<void>(second.wait());
+      return text;
+    });
+    CHECK(result == (unprivileged ? "its own, supervisor in the host's\nits own, supervisor in the host's\ntwo\n"
+                                  : "its supervisor's, supervisor in another\nits supervisor's, supervisor in "
+                                    "another\ntwo\n"));
+  });
+}
+
 TEST_CASE("a filtered call's supervisor comes from the launcher's zygote, whose filter its command inherits once; "
           "danger-full-access inherits none") {
   const Lab lab;

@@ -258,15 +258,20 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
 /// plan has one) and, with `pid_namespace`, is PID 1 of a new PID namespace: a new mount, IPC
 /// and UTS namespace, `/` recursively private, the read-only view, the writable grants, the
 /// protected entries, /dev, the temporary areas, the host's state out of view, /proc, and the
-/// working directory found again in the new view. Returns the failed step, or error 0.
-/// Async-signal-safe.
-[[nodiscard]] inline ApplyResult apply_mount_layer(const NamespacePlan& plan, bool pid_namespace) noexcept {
+/// working directory found again in the new view. `ipc_namespace_made`: the process is in an
+/// IPC namespace made for this call alone already (a root host's spare supervisor made it
+/// before its call came, in the same user namespace), which it keeps instead of making
+/// another. Returns the failed step, or error 0. Async-signal-safe.
+[[nodiscard]] inline ApplyResult apply_mount_layer(const NamespacePlan& plan, bool pid_namespace,
+                                                   bool ipc_namespace_made = false) noexcept {
   // The working directory as a path: the descriptor the process holds still points into the
   // view before the mounts, where a grant is read-only.
   std::array<char, 4096> cwd{};
   const bool have_cwd = ::syscall(SYS_getcwd, cwd.data(), cwd.size()) > 0 && cwd[0] == '/';
-  if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
-    return {errno, "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)"};
+  if (ipc_namespace_made ? ::unshare(CLONE_NEWNS | CLONE_NEWUTS) != 0
+                         : ::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return {errno, ipc_namespace_made ? "unshare(CLONE_NEWNS|CLONE_NEWUTS)"
+                                      : "unshare(CLONE_NEWNS|CLONE_NEWIPC|CLONE_NEWUTS)"};
   }
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return {errno, "mount(\"/\", MS_REC|MS_PRIVATE)"};
