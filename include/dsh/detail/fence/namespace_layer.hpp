@@ -193,16 +193,119 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
   }
 }
 
+/// The directories on the way to the last bind target, held open (O_PATH), so that the next
+/// target beneath one of them is looked up from there rather than from "/" again: the grants
+/// and protected entries of one workspace share most of their path, and each component is an
+/// `openat` and a `close` in the call's path. The same walk as `open_without_links` (every
+/// component as spelled, no link followed), started further down.
+///
+/// Why a held directory is still the one a walk from "/" would reach: a directory is held only
+/// while it is an ancestor of every target bound since it was opened, so each mount made since
+/// lies strictly beneath it, where a lookup from it crosses into the mount as one from "/"
+/// would. A mount made any other way (a tmpfs by path) must `reset()` it first. Async-signal-safe;
+/// the targets' strings must outlive it (the plan's).
+class BindWalk {
+public:
+  BindWalk() noexcept { held_.fill(-1); }
+  BindWalk(const BindWalk&) = delete;
+  BindWalk& operator=(const BindWalk&) = delete;
+  BindWalk(BindWalk&&) = delete;
+  BindWalk& operator=(BindWalk&&) = delete;
+  ~BindWalk() { reset(); }
+
+  /// Closes every held directory.
+  void reset() noexcept {
+    for (std::size_t i = 0; i < depth_; ++i) {
+      ::close(held_[i]);
+      held_[i] = -1;
+    }
+    depth_ = 0;
+    path_ = nullptr;
+  }
+
+  /// Opens `path` (absolute, no "." or ".." or empty component) with O_PATH, no link followed
+  /// in any component, from the deepest held directory that is an ancestor of it, and holds
+  /// the directories on its way instead. Returns the descriptor, or -1 with errno set.
+  [[nodiscard]] int open_target(const char* path) noexcept {
+    if (path == nullptr || path[0] != '/' || path[1] == '\0') {
+      reset();
+      return open_without_links(path, O_PATH);
+    }
+    // The held prefix that still leads to `path`: held_[i] is the directory path_[0, ends_[i]).
+    std::size_t keep = 0;
+    for (std::size_t i = depth_; i > 0; --i) {
+      const std::size_t end = ends_[i - 1];
+      if (std::strncmp(path_, path, end) == 0 && path[end] == '/') {
+        keep = i;
+        break;
+      }
+    }
+    for (std::size_t i = keep; i < depth_; ++i) {
+      ::close(held_[i]);
+      held_[i] = -1;
+    }
+    depth_ = keep;
+    if (depth_ == 0) {
+      held_[0] = retry_on_eintr([]() noexcept { return ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC); });
+      if (held_[0] < 0) {
+        return -1;
+      }
+      ends_[0] = 0;
+      depth_ = 1;
+    }
+    path_ = path;
+    std::size_t at = ends_[depth_ - 1] + 1; // the first character of the next component
+    std::array<char, NAME_MAX + 1> name{};
+    for (;;) {
+      std::size_t length = 0;
+      while (path[at + length] != '\0' && path[at + length] != '/') {
+        ++length;
+      }
+      const bool last = path[at + length] == '\0' || (path[at + length] == '/' && path[at + length + 1] == '\0');
+      if (length == 0 || length > NAME_MAX || (length == 1 && path[at] == '.') ||
+          (length == 2 && path[at] == '.' && path[at + 1] == '.')) {
+        errno = length > NAME_MAX ? ENAMETOOLONG : EINVAL;
+        return -1;
+      }
+      std::memcpy(name.data(), path + at, length);
+      name[length] = '\0';
+      const int from = held_[depth_ - 1];
+      const int flags = (last ? O_PATH : O_PATH | O_DIRECTORY) | O_NOFOLLOW | O_CLOEXEC;
+      const int next = retry_on_eintr([&]() noexcept { return ::openat(from, name.data(), flags); });
+      if (last || next < 0) {
+        return next;
+      }
+      if (depth_ == held_.size()) { // deeper than it holds: the rest from here, held no further
+        const int deeper = next;
+        reset();
+        ::close(deeper);
+        return open_without_links(path, O_PATH);
+      }
+      held_[depth_] = next;
+      ends_[depth_] = at + length;
+      ++depth_;
+      at += length + 1;
+    }
+  }
+
+private:
+  std::array<int, 24> held_{};
+  std::array<std::size_t, 24> ends_{};
+  std::size_t depth_ = 0;
+  const char* path_ = nullptr;
+};
+
 /// Mounts a clone of the tree at `source` (a path, or with `source_fd` >= 0 that O_PATH
 /// descriptor) onto `target` without following a link there; the clone's own mount is made
 /// read-only with `readonly` (with `attributes`, recursively) or writable otherwise (its
 /// submounts keep their flags). `directory`: whether the target must be a directory (else
-/// it must not be one). Returns errno or 0. Async-signal-safe.
+/// it must not be one). With `walk`, the target is looked up through it (`BindWalk`).
+/// Returns errno or 0. Async-signal-safe.
 [[nodiscard]] inline int attach_clone(int source_fd, const char* source, const char* target, bool directory,
-                                      bool readonly, std::uint64_t attributes = 0) noexcept {
+                                      bool readonly, std::uint64_t attributes = 0, BindWalk* walk = nullptr) noexcept {
   // Every component of the target as spelled, no link followed: a concurrent call that swaps a
   // directory on the way for a link must not move this bind elsewhere.
-  const int target_fd = open_without_links(target, O_PATH);
+  const int target_fd = walk != nullptr ? walk->open_target(target) : open_without_links(target, O_PATH);
   if (target_fd < 0) {
     return errno;
   }
@@ -297,24 +400,28 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
   if (::syscall(sys_mount_setattr, AT_FDCWD, "/", at_recursive, &readonly_root, sizeof readonly_root) != 0) {
     return fail(errno, "mount_setattr(\"/\", AT_RECURSIVE, MOUNT_ATTR_RDONLY)");
   }
-  for (const std::string& grant : plan.writable) {
-    if (const int error = attach_clone(-1, grant.c_str(), grant.c_str(), true, false); error != 0) {
-      return fail(error, "bind of a writable grant");
+  {
+    // Only binds onto their own targets until it goes: no other mount may come in between.
+    BindWalk walk;
+    for (const std::string& grant : plan.writable) {
+      if (const int error = attach_clone(-1, grant.c_str(), grant.c_str(), true, false, 0, &walk); error != 0) {
+        return fail(error, "bind of a writable grant");
+      }
     }
-  }
-  for (const std::string& entry : plan.pinned) {
-    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false); error != 0) {
-      return fail(error, "bind of a pinned directory");
+    for (const std::string& entry : plan.pinned) {
+      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false, 0, &walk); error != 0) {
+        return fail(error, "bind of a pinned directory");
+      }
     }
-  }
-  for (const std::string& entry : plan.protected_dirs) {
-    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, true); error != 0) {
-      return fail(error, "read-only bind of a protected directory");
+    for (const std::string& entry : plan.protected_dirs) {
+      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, true, 0, &walk); error != 0) {
+        return fail(error, "read-only bind of a protected directory");
+      }
     }
-  }
-  for (const std::string& entry : plan.protected_files) {
-    if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), false, true); error != 0) {
-      return fail(error, "read-only bind of a protected file");
+    for (const std::string& entry : plan.protected_files) {
+      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), false, true, 0, &walk); error != 0) {
+        return fail(error, "read-only bind of a protected file");
+      }
     }
   }
   // A fresh /dev: the host's devices bound by name, a new devpts instance, /dev/shm.
