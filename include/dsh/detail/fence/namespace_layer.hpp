@@ -428,12 +428,15 @@ private:
   if (::mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") != 0) {
     return fail(errno, "mount(\"tmpfs\", \"/dev\")");
   }
-  for (std::size_t i = 0; i < devices.size(); ++i) {
-    if (const int error = make_mountpoint(layer_devices[i], false); error != 0) {
-      return fail(error, "open(O_CREAT) of a device's name in /dev");
-    }
-    if (const int error = attach_clone(devices[i], "", layer_devices[i], false, false); error != 0) {
-      return fail(error, "bind of a host device into /dev");
+  {
+    BindWalk walk; // from here: "/" and the fresh /dev
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      if (const int error = make_mountpoint(layer_devices[i], false); error != 0) {
+        return fail(error, "open(O_CREAT) of a device's name in /dev");
+      }
+      if (const int error = attach_clone(devices[i], "", layer_devices[i], false, false, 0, &walk); error != 0) {
+        return fail(error, "bind of a host device into /dev");
+      }
     }
   }
   close_devices();
@@ -517,11 +520,14 @@ private:
       return fail(errno, "mount(MS_REMOUNT|MS_RDONLY) of an empty view");
     }
   }
-  for (const std::string& file : plan.hidden_files) {
-    if (const int error = attach_clone(-1, "/dev/null", file.c_str(), false, true,
-                                       mount_attr_nodev | mount_attr_nosuid | mount_attr_noexec);
-        error != 0) {
-      return fail(error, "bind of /dev/null over a host file");
+  {
+    BindWalk walk;
+    for (const std::string& file : plan.hidden_files) {
+      if (const int error = attach_clone(-1, "/dev/null", file.c_str(), false, true,
+                                         mount_attr_nodev | mount_attr_nosuid | mount_attr_noexec, &walk);
+          error != 0) {
+        return fail(error, "bind of /dev/null over a host file");
+      }
     }
   }
   if (pid_namespace && ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
