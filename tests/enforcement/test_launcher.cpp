@@ -12,7 +12,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +33,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/ipc.h>
 #include <sys/prctl.h>
@@ -594,6 +597,66 @@ TEST_CASE("two running calls and the spare waiting for the next each hold an IPC
       return text;
     });
     CHECK(result == (unprivileged ? "the host's\nthe host's\nthe host's\n" : "its own\nits own\nits own\n"));
+  });
+}
+
+TEST_CASE("a launcher being replaced is not kept by a forked copy of the host, and is killed after 2 s however "
+          "often the host is interrupted") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  over_launcher_hosts(lab, [&](bool unprivileged) {
+    INFO((unprivileged ? "host uid 65534" : "root host"));
+    const std::string result = as_host(unprivileged, [&] {
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::off;
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+      const auto milliseconds_since = [](std::chrono::steady_clock::time_point start) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+      };
+      std::string text;
+      // A copy of the host forked without exec holds the launcher's socket: shut down, the
+      // launcher still reads end of file at once (closed only, it would wait for the copy).
+      (void)shell(fence, "true", lab.workspace());
+      const ::pid_t first = FenceLauncher::pid();
+      const ::pid_t copy = ::fork();
+      if (copy == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+      auto start = std::chrono::steady_clock::now();
+      FenceLauncher::restart();
+      const long long prompt = milliseconds_since(start);
+      text += prompt < 1500 ? "at once" : "after " + std::to_string(prompt) + " ms";
+      text += running(first) ? ", running\n" : ", gone\n";
+      ::kill(copy, SIGKILL);
+      ::waitpid(copy, nullptr, 0);
+      // A launcher that cannot serve its queue (stopped) is killed once the 2 s are over, with
+      // a signal interrupting the host's wait every 100 ms.
+      (void)shell(fence, "true", lab.workspace());
+      const ::pid_t second = FenceLauncher::pid();
+      ::kill(second, SIGSTOP);
+      struct sigaction interrupt {};
+      interrupt.sa_handler = [](int) {};
+      ::sigemptyset(&interrupt.sa_mask);
+      ::sigaction(SIGUSR1, &interrupt, nullptr);
+      std::atomic<bool> done{false};
+      const ::pthread_t host_thread = ::pthread_self();
+      std::thread ticker([&] {
+        while (!done) {
+          ::pthread_kill(host_thread, SIGUSR1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      });
+      start = std::chrono::steady_clock::now();
+      FenceLauncher::restart();
+      const long long waited = milliseconds_since(start);
+      done = true;
+      ticker.join();
+      text += waited >= 1900 && waited < 10000 ? "after the wait" : "after " + std::to_string(waited) + " ms";
+      text += running(second) ? ", running\n" : ", gone\n";
+      return text;
+    });
+    CHECK(result == "at once, gone\nafter the wait, gone\n");
   });
 }
 

@@ -630,6 +630,45 @@ TEST_CASE("the command's view matches report(): writable, visible and seen, with
   }
 }
 
+TEST_CASE("a held walk (BindWalk) opens what a walk from the root opens, whatever came before") {
+  const TempDir dir;
+  const std::filesystem::path base = dsh::canonical_path(dir.path());
+  std::filesystem::create_directories(base / "a/b/c");
+  std::filesystem::create_directories(base / "a/bc");
+  std::filesystem::create_directories(base / "outside/x");
+  std::filesystem::create_directory_symlink(base / "outside", base / "a/link");
+  std::filesystem::path deep = base;
+  for (int i = 0; i < 30; ++i) {
+    deep /= "d" + std::to_string(i); // deeper than the walk holds
+  }
+  std::filesystem::create_directories(deep);
+  // What each opened: the file's device and inode, or the errno.
+  const auto identity = [](int fd) {
+    struct stat info {};
+    const std::string found = fd < 0 ? "errno " + std::to_string(errno)
+                              : ::fstat(fd, &info) == 0
+                                  ? std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino)
+                                  : "fstat failed";
+    if (fd >= 0) {
+      ::close(fd);
+    }
+    return found;
+  };
+  dsh::detail::BindWalk walk;
+  for (const std::string& path :
+       {(base / "a/b/c").string(), (base / "a/b").string() + "/", (base / "a/bc").string(), (base / "a/b/c").string(),
+        (base / "a/link/x").string(), (base / "a/link").string(), (base / "a/b/../bc").string(), deep.string(),
+        (deep / "..").string(), (base / "a/b/c").string(), std::string("/"), std::string("relative/a"),
+        (base / "a//b").string(), (base / "a/b/c").string()}) {
+    CAPTURE(path);
+    const std::string held = identity(walk.open_target(path.c_str()));
+    CHECK(held == identity(dsh::detail::open_without_links(path.c_str(), O_PATH)));
+  }
+  // The cases above are not all failures: the comparison means something.
+  CHECK(identity(walk.open_target((base / "a/b").string().append("/").c_str())) ==
+        identity(::open((base / "a/b").c_str(), O_PATH | O_CLOEXEC)));
+}
+
 TEST_CASE("a path opened one component at a time follows no link, so a placeholder is never made through one") {
   const TempDir dir;
   const std::filesystem::path base = dsh::canonical_path(dir.path());

@@ -235,7 +235,8 @@ public:
     std::size_t keep = 0;
     for (std::size_t i = depth_; i > 0; --i) {
       const std::size_t end = ends_[i - 1];
-      if (std::strncmp(path_, path, end) == 0 && path[end] == '/') {
+      // A strict ancestor only: "/a/b/" names /a/b itself, which must be looked up again.
+      if (std::strncmp(path_, path, end) == 0 && path[end] == '/' && path[end + 1] != '\0') {
         keep = i;
         break;
       }

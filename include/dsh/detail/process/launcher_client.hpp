@@ -9,8 +9,10 @@
 #include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -538,11 +540,29 @@ private:
   /// and one handed over before its thread's fingerprint was compared runs only with the
   /// go-ahead its thread sends after `confirm`.
   void stop() noexcept {
+#if defined(__linux__)
+    // Shut down, not only closed: a child the host forked without exec holds a copy of this
+    // descriptor, and the launcher would read end of file only once every copy is closed.
+    if (socket_) {
+      static_cast<void>(::shutdown(socket_.get(), SHUT_RDWR));
+    }
+#endif
     socket_.reset();
 #if defined(__linux__)
     if (pidfd_) {
+      // One deadline however many signals interrupt the wait.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(launcher_drain_ms);
       pollfd exited{pidfd_.get(), POLLIN, 0};
-      if (retry_on_eintr([&]() noexcept { return ::poll(&exited, 1, launcher_drain_ms); }) != 1) {
+      int ready = -1;
+      for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        ready = ::poll(&exited, 1, static_cast<int>(std::max<std::chrono::milliseconds::rep>(left.count(), 0)));
+        if (ready >= 0 || errno != EINTR) {
+          break;
+        }
+      }
+      if (ready != 1) {
         ::syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0U);
       }
       siginfo_t info{};
