@@ -202,8 +202,9 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
 /// Why a held directory is still the one a walk from "/" would reach: a directory is held only
 /// while it is an ancestor of every target bound since it was opened, so each mount made since
 /// lies strictly beneath it, where a lookup from it crosses into the mount as one from "/"
-/// would. A mount made any other way (a tmpfs by path) must `reset()` it first. Async-signal-safe;
-/// the targets' strings must outlive it (the plan's).
+/// would. So no mount of any other kind (a tmpfs by path) may come while it holds directories:
+/// `apply_mount_layer` gives each run of binds a walk of its own, begun after the mounts before
+/// them. Async-signal-safe; the targets' strings must outlive it (the plan's).
 class BindWalk {
 public:
   BindWalk() noexcept { held_.fill(-1); }

@@ -200,7 +200,7 @@ inline void append_proc_text(std::string& print, const char* name, const char* p
 }
 #endif
 
-/// How long `LauncherClient::stop` waits for a launcher whose socket it closed to serve the
+/// How long `LauncherClient::stop` waits for a launcher whose socket it shut down to serve the
 /// calls still queued there and exit, before it ends it with SIGKILL (milliseconds). Each call
 /// costs it a send to a zygote or a fork; a launcher that takes longer is stuck.
 inline constexpr int launcher_drain_ms = 2000;
@@ -529,8 +529,8 @@ private:
   }
 #endif
 
-  /// Closes the socket, so that the launcher serves the calls already handed to it and then
-  /// reads end of file and exits; waits for that through its pidfd (so no other child of the
+  /// Shuts the socket down and closes it, so that the launcher serves the calls already
+  /// handed to it and then reads end of file and exits; waits for that through its pidfd (so no other child of the
   /// host is reaped), and ends it with SIGKILL if it has not exited within
   /// `launcher_drain_ms`. Calls it already started are separate processes and go on.
   ///
