@@ -654,7 +654,6 @@ TEST_CASE("a held walk (BindWalk) opens what a walk from the root opens, whateve
     }
     return found;
   };
-  // Declared before the walk: it keeps the last target's string, which must outlive it.
   const std::vector<std::string> paths{(base / "a/b/c").string(),
                                        (base / "a/b").string() + "/",
                                        (base / "a/bc").string(),
@@ -679,6 +678,13 @@ TEST_CASE("a held walk (BindWalk) opens what a walk from the root opens, whateve
   // Not all failures: the last one opened what a plain open(2) opens.
   CHECK(identity(walk.open_target(paths.back().c_str())) ==
         identity(::open((base / "a/b").c_str(), O_PATH | O_CLOEXEC)));
+  // The walk keeps its own copy of the path it holds: the caller's string may go.
+  {
+    const std::string gone = (base / "a/b/c").string();
+    CHECK(identity(walk.open_target(gone.c_str())) == identity(::open(gone.c_str(), O_PATH | O_CLOEXEC)));
+  }
+  const std::string sibling = (base / "a/bc").string();
+  CHECK(identity(walk.open_target(sibling.c_str())) == identity(::open(sibling.c_str(), O_PATH | O_CLOEXEC)));
 }
 
 TEST_CASE("a path opened one component at a time follows no link, so a placeholder is never made through one") {

@@ -204,7 +204,7 @@ template <std::size_t N> inline void close_held(std::array<int, N>& held) noexce
 /// lies strictly beneath it, where a lookup from it crosses into the mount as one from "/"
 /// would. So no mount of any other kind (a tmpfs by path) may come while it holds directories:
 /// `apply_mount_layer` gives each run of binds a walk of its own, begun after the mounts before
-/// them. Async-signal-safe; the targets' strings must outlive it (the plan's).
+/// them. Async-signal-safe; it keeps its own copy of the held directories' path.
 class BindWalk {
 public:
   BindWalk() noexcept { held_.fill(-1); }
@@ -221,7 +221,6 @@ public:
       held_[i] = -1;
     }
     depth_ = 0;
-    path_ = nullptr;
   }
 
   /// Opens `path` (absolute, no "." or ".." or empty component) with O_PATH, no link followed
@@ -232,12 +231,12 @@ public:
       reset();
       return open_without_links(path, O_PATH);
     }
-    // The held prefix that still leads to `path`: held_[i] is the directory path_[0, ends_[i]).
+    // The held prefix that still leads to `path`: held_[i] is the directory prefix_[0, ends_[i]).
     std::size_t keep = 0;
     for (std::size_t i = depth_; i > 0; --i) {
       const std::size_t end = ends_[i - 1];
       // A strict ancestor only: "/a/b/" names /a/b itself, which must be looked up again.
-      if (std::strncmp(path_, path, end) == 0 && path[end] == '/' && path[end + 1] != '\0') {
+      if (std::strncmp(prefix_.data(), path, end) == 0 && path[end] == '/' && path[end + 1] != '\0') {
         keep = i;
         break;
       }
@@ -255,7 +254,6 @@ public:
       ends_[0] = 0;
       depth_ = 1;
     }
-    path_ = path;
     std::size_t at = ends_[depth_ - 1] + 1; // the first character of the next component
     std::array<char, NAME_MAX + 1> name{};
     for (;;) {
@@ -277,13 +275,15 @@ public:
       if (last || next < 0) {
         return next;
       }
-      if (depth_ == held_.size()) { // deeper than it holds: the rest from here, held no further
+      if (depth_ == held_.size() || at + length >= prefix_.size()) { // deeper or longer than it holds
         const int deeper = next;
         reset();
         ::close(deeper);
         return open_without_links(path, O_PATH);
       }
       held_[depth_] = next;
+      const std::size_t previous_end = ends_[depth_ - 1];
+      std::memcpy(prefix_.data() + previous_end, path + previous_end, at + length - previous_end);
       ends_[depth_] = at + length;
       ++depth_;
       at += length + 1;
@@ -294,7 +294,7 @@ private:
   std::array<int, 24> held_{};
   std::array<std::size_t, 24> ends_{};
   std::size_t depth_ = 0;
-  const char* path_ = nullptr;
+  std::array<char, 4096> prefix_{}; // the path of the deepest held directory, not terminated
 };
 
 /// Mounts a clone of the tree at `source` (a path, or with `source_fd` >= 0 that O_PATH
