@@ -623,16 +623,15 @@ namespace dsh::detail {
     // The log's canonical path names its guard and its private temporary directory: one walk.
     const std::filesystem::path canonical_log =
         options.session_log.empty() ? std::filesystem::path() : canonical_path(options.session_log);
-    std::vector<Guard> guards =
-        workspace_guards(policy, options, environment, mounts, options.session_log.empty() ? nullptr : &canonical_log);
+    const std::filesystem::path* const known_log = options.session_log.empty() ? nullptr : &canonical_log;
+    std::vector<Guard> guards = workspace_guards(policy, options, environment, mounts, known_log);
     // The session's private temporary directory: named now, made only once the workspace root
     // is known to expose nothing, so that a refused fence leaves nothing behind.
     const bool default_root = options.temporary_root.empty();
     // As spelled, not canonical: the root itself must not be a link (another local user may
     // have planted one under /tmp); where it is found is the canonical path of its parent.
     const std::filesystem::path temporary_root = temporary_root_of(options, environment);
-    const std::string temporary_name =
-        private_temporary_name(options, options.session_log.empty() ? nullptr : &canonical_log);
+    const std::string temporary_name = private_temporary_name(options, known_log);
     const std::filesystem::path temporary =
         canonical_path(temporary_root.parent_path()) / temporary_root.filename() / temporary_name;
     guards.push_back(make_guard("the session's temporary directory " + json_string_literal(temporary.native()),

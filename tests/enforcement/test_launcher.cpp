@@ -231,6 +231,20 @@ std::string as_expected(const std::string& text, const std::string& expected) {
   return both;
 }
 
+/// The IPC namespace of `pid` as its /proc link reads ("ipc:[4026531839]"), or "" when it
+/// cannot be read.
+std::string ipc_namespace_of(::pid_t pid) {
+  std::error_code ignored;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/ipc", ignored).native();
+}
+
+/// `sleep 30` under `fence` in the laboratory's workspace, started through the launcher.
+dsh::FencedChild sleeping_call(const PreparedFence& fence, const Lab& lab) {
+  FencedCommand command({"sleep", "30"});
+  command.launch(Launch::launcher).in_directory(lab.workspace());
+  return command.spawn(fence);
+}
+
 /// Runs `each(unprivileged)` for the root host and, when the test runs as root, for uid 65534,
 /// with the laboratory opened to uid 65534 and a copy of the launcher it can reach configured
 /// (the build's own restored afterwards).
@@ -552,22 +566,14 @@ TEST_CASE("two running calls and the spare waiting for the next each hold an IPC
       dsh::FenceOptions options;
       options.isolation = dsh::Isolation::off; // the base fence: the layer makes its own namespaces
       const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
-      std::error_code ignored;
-      const std::string host = std::filesystem::read_symlink("/proc/self/ns/ipc", ignored).native();
+      const std::string host = ipc_namespace_of(::getpid());
       // Namespaces are compared while all are alive: the kernel reuses a dead one's number.
       std::vector<std::string> seen;
-      const auto namespace_of = [&](::pid_t pid) {
-        return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/ipc", ignored).native();
-      };
-      FencedCommand first_command({"sleep", "30"});
-      first_command.launch(Launch::launcher).in_directory(lab.workspace());
-      dsh::FencedChild first = first_command.spawn(fence);
-      FencedCommand second_command({"sleep", "30"});
-      second_command.launch(Launch::launcher).in_directory(lab.workspace());
-      dsh::FencedChild second = second_command.spawn(fence);
+      dsh::FencedChild first = sleeping_call(fence, lab);
+      dsh::FencedChild second = sleeping_call(fence, lab);
       for (const dsh::FencedChild* call : {&first, &second}) {
         const std::vector<::pid_t> commands = children_of(call->pid()); // the supervisor's one child
-        seen.push_back(commands.size() == 1 ? namespace_of(commands.front()) : "no command");
+        seen.push_back(commands.size() == 1 ? ipc_namespace_of(commands.front()) : "no command");
       }
       // The spare waiting for the next call made that call's namespace already (as root).
       std::string spare_namespace = "no spare";
@@ -576,10 +582,10 @@ TEST_CASE("two running calls and the spare waiting for the next each hold an IPC
         const std::vector<::pid_t> spares = children_once(zygotes.front(), 1, {first.pid(), second.pid()});
         if (spares.size() == 1) {
           // Made once the spare has begun its supervision, just after its fork (as root).
-          spare_namespace = namespace_of(spares.front());
+          spare_namespace = ipc_namespace_of(spares.front());
           for (int i = 0; i < 500 && !unprivileged && spare_namespace == host; ++i) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            spare_namespace = namespace_of(spares.front());
+            spare_namespace = ipc_namespace_of(spares.front());
           }
           seen.push_back(spare_namespace);
         }
@@ -679,24 +685,16 @@ TEST_CASE("with the namespace layer each running call has an IPC namespace of it
         return std::string("no layer: ") + error.what();
       }
       const PreparedFence& fence = *prepared;
-      std::error_code ignored;
-      const auto namespace_of = [&](::pid_t pid) {
-        return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/ipc", ignored).native();
-      };
-      const std::string host = namespace_of(::getpid());
-      FencedCommand first_command({"sleep", "30"});
-      first_command.launch(Launch::launcher).in_directory(lab.workspace());
-      dsh::FencedChild first = first_command.spawn(fence);
-      FencedCommand second_command({"sleep", "30"});
-      second_command.launch(Launch::launcher).in_directory(lab.workspace());
-      dsh::FencedChild second = second_command.spawn(fence);
+      const std::string host = ipc_namespace_of(::getpid());
+      dsh::FencedChild first = sleeping_call(fence, lab);
+      dsh::FencedChild second = sleeping_call(fence, lab);
       // Read while both run: the kernel reuses a dead namespace's number.
       std::vector<std::string> commands;
       std::string text;
       for (const dsh::FencedChild* call : {&first, &second}) {
         const std::vector<::pid_t> children = children_of(call->pid()); // the supervisor's one child
-        const std::string command = children.size() == 1 ? namespace_of(children.front()) : "no command";
-        const std::string supervisor = namespace_of(call->pid());
+        const std::string command = children.size() == 1 ? ipc_namespace_of(children.front()) : "no command";
+        const std::string supervisor = ipc_namespace_of(call->pid());
         commands.push_back(command);
         text += !command.starts_with("ipc:[") || !supervisor.starts_with("ipc:[") ? "unreadable"
                 : command == host                                                 ? "the host's"

@@ -630,6 +630,22 @@ TEST_CASE("the command's view matches report(): writable, visible and seen, with
   }
 }
 
+TEST_CASE("a /proc path naming a number is formatted without the C library, and cut at 63 characters") {
+  using dsh::detail::numbered_path;
+  CHECK(std::string(numbered_path("/proc/", 0, "/ns/mnt").c_str()) == "/proc/0/ns/mnt");
+  CHECK(std::string(numbered_path("/proc/self/fd/", 1234567, "").c_str()) == "/proc/self/fd/1234567");
+  CHECK(std::string(numbered_path("/proc/", 18446744073709551615UL, "/ns/mnt").c_str()) ==
+        "/proc/18446744073709551615/ns/mnt");
+  const std::string prefix(60, 'p');
+  CHECK(std::string(numbered_path(prefix, 98765, "/suffix").c_str()) == prefix + "987");
+  // What it names is what the kernel opens.
+  struct stat named {};
+  struct stat self {};
+  CHECK(::stat(numbered_path("/proc/", static_cast<unsigned long>(::getpid()), "/ns/mnt").c_str(), &named) == 0);
+  CHECK(::stat("/proc/self/ns/mnt", &self) == 0);
+  CHECK(named.st_ino == self.st_ino);
+}
+
 TEST_CASE("a held walk (BindWalk) opens what a walk from the root opens, whatever came before") {
   const TempDir dir;
   const std::filesystem::path base = dsh::canonical_path(dir.path());

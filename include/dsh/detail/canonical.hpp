@@ -4,6 +4,7 @@
 /// whether one canonical path lies within another.
 #pragma once
 
+#include <dsh/detail/posix.hpp>
 #include <dsh/errors.hpp>
 
 #include <algorithm>
@@ -59,20 +60,9 @@ namespace dsh::detail {
 /// /proc/self/fd, or nullopt when that is unavailable or not a plain absolute path (a deleted
 /// file reads back with " (deleted)" appended, one outside the process root as "(unreachable)...").
 [[nodiscard]] inline std::optional<std::string> recorded_path(int fd) {
-  // "/proc/self/fd/" and the descriptor's decimal digits, written from the end of `link`.
-  constexpr std::string_view prefix = "/proc/self/fd/";
-  std::array<char, 32> link{};
-  std::size_t start = link.size() - 1;
-  for (auto value = static_cast<unsigned>(fd);; value /= 10U) {
-    link[--start] = static_cast<char>('0' + value % 10U);
-    if (value < 10U) {
-      break;
-    }
-  }
-  start -= prefix.size();
-  std::copy(prefix.begin(), prefix.end(), link.begin() + static_cast<std::ptrdiff_t>(start));
+  const NumberedPath link = numbered_path("/proc/self/fd/", static_cast<unsigned>(fd), "");
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
-  const ssize_t length = ::readlink(&link[start], buffer.data(), buffer.size());
+  const ssize_t length = ::readlink(link.c_str(), buffer.data(), buffer.size());
   if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size() || buffer[0] != '/') {
     return std::nullopt;
   }

@@ -1,13 +1,16 @@
 /// @file
 /// System calls retried the one way the library retries them: after an interrupting signal;
-/// and a path opened one component at a time, following no link.
+/// a path opened one component at a time, following no link; and /proc paths that name a
+/// process or descriptor by number, formatted without the C library.
 #pragma once
 
 #include <dsh/unique_fd.hpp>
 
+#include <array>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
+#include <string_view>
 
 #include <fcntl.h>
 #include <sys/wait.h>
@@ -38,6 +41,42 @@ inline bool write_all(int fd, const char* data, std::size_t size) noexcept {
     size -= static_cast<std::size_t>(written);
   }
   return true;
+}
+
+/// A path naming a process or descriptor by number, NUL-terminated (`numbered_path`).
+struct NumberedPath {
+  std::array<char, 64> text{};
+  [[nodiscard]] const char* c_str() const noexcept { return text.data(); }
+};
+
+/// `prefix`, the decimal digits of `number`, then `suffix`: "/proc/self/fd/7",
+/// "/proc/412/ns/mnt". Formatted by hand, so async-signal-safe (a supervisor and a vfork child
+/// use it); what would not fit in 63 characters is cut.
+[[nodiscard]] inline NumberedPath numbered_path(std::string_view prefix, unsigned long number,
+                                                std::string_view suffix) noexcept {
+  NumberedPath path;
+  std::array<char, 20> digits{}; // the most a 64-bit number has
+  std::size_t count = 0;
+  do {
+    digits[count++] = static_cast<char>('0' + number % 10U);
+    number /= 10U;
+  } while (number != 0 && count < digits.size());
+  std::size_t at = 0;
+  const std::size_t room = path.text.size() - 1;
+  for (const char c : prefix) {
+    if (at < room) {
+      path.text[at++] = c;
+    }
+  }
+  while (count > 0 && at < room) {
+    path.text[at++] = digits[--count];
+  }
+  for (const char c : suffix) {
+    if (at < room) {
+      path.text[at++] = c;
+    }
+  }
+  return path;
 }
 
 /// Opens the absolute `path` with `flags` (O_PATH, O_DIRECTORY, ...; O_CLOEXEC and O_NOFOLLOW

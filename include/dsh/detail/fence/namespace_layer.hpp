@@ -403,26 +403,25 @@ private:
     return fail(errno, "mount_setattr(\"/\", AT_RECURSIVE, MOUNT_ATTR_RDONLY)");
   }
   {
-    // Only binds onto their own targets until it goes: no other mount may come in between.
+    // Each entry onto itself, in this order; only these binds until the walk goes (no other
+    // mount may come in between).
+    struct BindRun {
+      const std::vector<std::string>* entries;
+      bool directory;
+      bool readonly;
+      const char* step;
+    };
+    const std::array<BindRun, 4> runs{{{&plan.writable, true, false, "bind of a writable grant"},
+                                       {&plan.pinned, true, false, "bind of a pinned directory"},
+                                       {&plan.protected_dirs, true, true, "read-only bind of a protected directory"},
+                                       {&plan.protected_files, false, true, "read-only bind of a protected file"}}};
     BindWalk walk;
-    for (const std::string& grant : plan.writable) {
-      if (const int error = attach_clone(-1, grant.c_str(), grant.c_str(), true, false, 0, &walk); error != 0) {
-        return fail(error, "bind of a writable grant");
-      }
-    }
-    for (const std::string& entry : plan.pinned) {
-      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, false, 0, &walk); error != 0) {
-        return fail(error, "bind of a pinned directory");
-      }
-    }
-    for (const std::string& entry : plan.protected_dirs) {
-      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), true, true, 0, &walk); error != 0) {
-        return fail(error, "read-only bind of a protected directory");
-      }
-    }
-    for (const std::string& entry : plan.protected_files) {
-      if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), false, true, 0, &walk); error != 0) {
-        return fail(error, "read-only bind of a protected file");
+    for (const BindRun& run : runs) {
+      for (const std::string& entry : *run.entries) {
+        if (const int error = attach_clone(-1, entry.c_str(), entry.c_str(), run.directory, run.readonly, 0, &walk);
+            error != 0) {
+          return fail(error, run.step);
+        }
       }
     }
   }

@@ -116,28 +116,12 @@ struct Supervision {
 }
 
 /// Opens /proc/<pid>/ns/mnt, the mount namespace of the process `pid` (read-only,
-/// close-on-exec), or returns -1. Async-signal-safe: the path is formatted by hand.
+/// close-on-exec), or returns -1. Async-signal-safe.
 [[nodiscard]] inline int open_mount_namespace_of(::pid_t pid) noexcept {
   if (pid <= 0) {
     return -1;
   }
-  std::array<char, 48> path{};
-  std::array<char, 20> digits{};
-  std::size_t count = 0;
-  for (auto value = static_cast<unsigned long>(pid); value != 0 && count < digits.size(); value /= 10) {
-    digits[count++] = static_cast<char>('0' + value % 10);
-  }
-  std::size_t at = 0;
-  for (const char c : std::string_view("/proc/")) {
-    path[at++] = c;
-  }
-  while (count > 0) {
-    path[at++] = digits[--count];
-  }
-  for (const char c : std::string_view("/ns/mnt")) {
-    path[at++] = c;
-  }
-  return ::open(path.data(), O_RDONLY | O_CLOEXEC);
+  return ::open(numbered_path("/proc/", static_cast<unsigned long>(pid), "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC);
 }
 
 /// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
