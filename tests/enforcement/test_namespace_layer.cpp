@@ -661,10 +661,9 @@ TEST_CASE("a held walk (BindWalk) opens what a walk from the root opens, whateve
   // What each opened: the file's device and inode, or the errno.
   const auto identity = [](int fd) {
     struct stat info {};
-    const std::string found = fd < 0 ? "errno " + std::to_string(errno)
-                              : ::fstat(fd, &info) == 0
-                                  ? std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino)
-                                  : "fstat failed";
+    std::string found = fd < 0                    ? "errno " + std::to_string(errno)
+                        : ::fstat(fd, &info) == 0 ? std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino)
+                                                  : "fstat failed";
     if (fd >= 0) {
       ::close(fd);
     }
