@@ -13,6 +13,9 @@ namespace {
 /// The busy threads of a Launch host.
 constexpr std::size_t BUSY_THREADS = 4;
 
+/// How many host processes of each size the Launch group runs (one with `--smoke`).
+constexpr int LAUNCH_PASSES = 5;
+
 /// Threads that spin on a relaxed atomic flag from construction until destruction, which stops
 /// and joins them.
 class BusyThreads {
@@ -47,17 +50,16 @@ private:
   std::vector<std::thread> threads_;
 };
 
-/// What a Launch host reports: the medians of its rounds in seconds, and the median of the
-/// per-round ratios of the fenced call to posix_spawn.
-struct LaunchResult {
+/// What the Launch hosts of one size measured: each round's fenced call and posix_spawn, in
+/// seconds, pooled over every host process of that size.
+struct LaunchRounds {
   std::size_t megabytes = 0;
-  double fenced_s = 0;
-  double spawn_s = 0;
-  double ratio = 0;
+  std::vector<double> fenced_s;
+  std::vector<double> spawn_s;
 };
 
-/// The tag that starts a Launch host's one line of output.
-constexpr std::string_view LAUNCH_TAG = "launch-host";
+/// The tag that starts each line of a Launch host's output: one line per measured round.
+constexpr std::string_view LAUNCH_TAG = "launch-round";
 
 /// Returns `text` as a whole number, or throws std::invalid_argument naming `what`.
 std::size_t whole_number(const std::string& text, const std::string& what) {
@@ -70,9 +72,9 @@ std::size_t whole_number(const std::string& text, const std::string& what) {
 /// The host side (`--launch-host MB --runs N --warmup W`): allocates and touches MB megabytes
 /// of heap, starts BUSY_THREADS spinning threads, makes W warm-up rounds and then N measured
 /// rounds, each timing the base fenced call and then posix_spawn + waitpid of the same bash
-/// -c true; stops the threads, frees the memory, and prints one line: the tag, MB, the two
-/// medians in seconds and the median of the per-round ratios. A fresh process image, so that
-/// its size is exactly what it allocated (a forked child would also hold the benchmark's heap).
+/// -c true; stops the threads, frees the memory, and prints one line per measured round: the
+/// tag, MB and the round's two times in seconds. A fresh process image, so that its size is
+/// exactly what it allocated (a forked child would also hold the benchmark's heap).
 int launch_host(const std::vector<std::string>& args) {
   if (args.size() != 6 || args[0] != "--launch-host" || args[2] != "--runs" || args[4] != "--warmup") {
     throw std::invalid_argument("usage: bench_policy --launch-host MB --runs N --warmup W");
@@ -88,7 +90,7 @@ int launch_host(const std::vector<std::string>& args) {
   if (result_fd < 0 || ::dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
     throw std::system_error(errno, std::generic_category(), "cannot set its result descriptor apart");
   }
-  LaunchResult result{megabytes, 0, 0, 0};
+  std::vector<std::vector<double>> times;
   {
     const std::size_t bytes = megabytes << 20;
     const std::unique_ptr<char[]> memory(new (std::nothrow) char[bytes]);
@@ -98,7 +100,6 @@ int launch_host(const std::vector<std::string>& args) {
     const dsh::test::TempDir scratch;
     const BaseFence base(std::filesystem::canonical(scratch.path()));
     const BashTrue plain("the posix_spawn baseline");
-    std::vector<std::vector<double>> times;
     {
       const BusyThreads busy(BUSY_THREADS);
       require(self_status("Threads:").value_or(0) >= 1 + BUSY_THREADS, "the busy threads did not start");
@@ -109,20 +110,17 @@ int launch_host(const std::vector<std::string>& args) {
       static_cast<void>(timed_rounds(warmups, steps));
       times = timed_rounds(rounds, steps);
     }
-    std::vector<double> ratios;
-    for (std::size_t round = 0; round < times[0].size(); ++round) {
-      ratios.push_back(times[0][round] / times[1][round]);
-    }
-    result.fenced_s = median(times[0]);
-    result.spawn_s = median(times[1]);
-    result.ratio = median(ratios);
   }
-  std::array<char, 256> line{};
-  const int length = std::snprintf(line.data(), line.size(), "%s %zu %.9f %.9f %.6f\n", LAUNCH_TAG.data(),
-                                   result.megabytes, result.fenced_s, result.spawn_s, result.ratio);
-  require(length > 0 && static_cast<std::size_t>(length) < line.size(), "cannot format its result");
-  for (std::size_t written = 0; written < static_cast<std::size_t>(length);) {
-    const ssize_t wrote = ::write(result_fd, line.data() + written, static_cast<std::size_t>(length) - written);
+  std::string lines;
+  for (std::size_t round = 0; round < times[0].size(); ++round) {
+    std::array<char, 128> line{};
+    const int length = std::snprintf(line.data(), line.size(), "%s %zu %.9f %.9f\n", LAUNCH_TAG.data(), megabytes,
+                                     times[0][round], times[1][round]);
+    require(length > 0 && static_cast<std::size_t>(length) < line.size(), "cannot format its result");
+    lines.append(line.data(), static_cast<std::size_t>(length));
+  }
+  for (std::size_t written = 0; written < lines.size();) {
+    const ssize_t wrote = ::write(result_fd, lines.data() + written, lines.size() - written);
     if (wrote < 0 && errno == EINTR) {
       continue;
     }
@@ -147,9 +145,11 @@ int launch_host_main(const std::vector<std::string>& args) try {
 
 namespace {
 
-/// Runs a Launch host of `megabytes` in a fresh process and returns what it reports; a host
-/// that fails, or prints anything but its one line, fails the benchmark.
-LaunchResult run_launch_host(const std::string& self, std::size_t megabytes, int rounds, int warmups) {
+/// Runs a Launch host of `megabytes` in a fresh process for `rounds` rounds and adds what it
+/// reports to `pooled`; a host that fails, or prints anything but its `rounds` lines, fails the
+/// benchmark.
+void run_launch_host(const std::string& self, LaunchRounds& pooled, int rounds, int warmups) {
+  const std::size_t megabytes = pooled.megabytes;
   const std::string what = "launch: the host process of " + std::to_string(megabytes) + " MB";
   const ProcessResult process = run_process({self, "--launch-host", std::to_string(megabytes), "--runs",
                                              std::to_string(rounds), "--warmup", std::to_string(warmups)},
@@ -159,16 +159,27 @@ LaunchResult run_launch_host(const std::string& self, std::size_t megabytes, int
               (process.exit_code < 0 ? " was killed (it did not exit)"
                                      : " failed (exit " + std::to_string(process.exit_code) + ")") +
               "; its own message, if any, is above");
-  LaunchResult result;
-  std::istringstream in(process.out);
-  std::string tag;
-  in >> tag >> result.megabytes >> result.fenced_s >> result.spawn_s >> result.ratio;
-  const bool parsed = !in.fail() && (in >> std::ws).eof() && process.out.back() == '\n';
   const auto positive = [](double value) { return std::isfinite(value) && value > 0; };
-  require(parsed && tag == LAUNCH_TAG && result.megabytes == megabytes && positive(result.fenced_s) &&
-              positive(result.spawn_s) && positive(result.ratio),
-          what + " printed no measurement: \"" + process.out + "\"");
-  return result;
+  std::istringstream in(process.out);
+  std::string line;
+  int got = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string tag;
+    std::size_t reported = 0;
+    double fenced = 0;
+    double spawn = 0;
+    fields >> tag >> reported >> fenced >> spawn;
+    require(!fields.fail() && (fields >> std::ws).eof() && tag == LAUNCH_TAG && reported == megabytes &&
+                positive(fenced) && positive(spawn),
+            what + " printed a line that is not a measurement: \"" += line + "\"");
+    pooled.fenced_s.push_back(fenced);
+    pooled.spawn_s.push_back(spawn);
+    ++got;
+  }
+  require(got == rounds && !process.out.empty() && process.out.back() == '\n',
+          what + " printed " + std::to_string(got) + " measurements, not " + std::to_string(rounds) + ": \"" +
+              process.out + "\"");
 }
 
 } // namespace
@@ -181,21 +192,41 @@ void launch(const Settings& settings, Table& table, const std::filesystem::path&
       settings.smoke ? std::vector<std::size_t>{8, 16} : std::vector<std::size_t>{8, 512, 2048};
   const int runs = settings.smoke ? 3 : std::max(21, settings.runs);
   const int warmups = settings.smoke ? 1 : 3;
-  std::vector<LaunchResult> hosts;
+  // Several host processes of each size, the sizes in turn: where the scheduler places a
+  // host's main thread among its busy threads holds for that process's life and moves every
+  // round of it alike (2.3 against 4.1 ms here), so one process per size compares placements.
+  const int passes = settings.smoke ? 1 : LAUNCH_PASSES;
+  std::vector<LaunchRounds> hosts;
+  hosts.reserve(sizes.size());
   for (const std::size_t megabytes : sizes) {
-    hosts.push_back(run_launch_host(self, megabytes, runs, warmups));
+    hosts.push_back({megabytes, {}, {}});
+  }
+  for (int pass = 0; pass < passes; ++pass) {
+    for (LaunchRounds& pooled : hosts) {
+      run_launch_host(self, pooled, runs, warmups);
+    }
   }
   const auto host = [](std::size_t megabytes) {
     return "host of " + std::to_string(megabytes) + " MB + " + std::to_string(BUSY_THREADS) + " busy threads";
   };
   const std::string fenced = "fenced call of bash -c true (resolve + prepare + run, isolation off), ";
-  for (const LaunchResult& result : hosts) {
-    table.paired("Launch", fenced + host(result.megabytes), result.fenced_s * 1e9,
+  std::string rounds_of = " (" + std::to_string(passes);
+  rounds_of += passes == 1 ? " host process × " : " host processes × ";
+  rounds_of += std::to_string(runs) + " rounds)";
+  for (const LaunchRounds& result : hosts) {
+    std::vector<double> ratios;
+    ratios.reserve(result.fenced_s.size());
+    for (std::size_t round = 0; round < result.fenced_s.size(); ++round) {
+      ratios.push_back(result.fenced_s[round] / result.spawn_s[round]);
+    }
+    std::string figure = fenced + host(result.megabytes);
+    figure += rounds_of;
+    table.paired("Launch", figure, median(result.fenced_s) * 1e9,
                  "posix_spawn + waitpid of bash -c true, same host (ratio: median of the rounds' ratios)",
-                 result.spawn_s * 1e9, result.ratio, 1.3);
+                 median(result.spawn_s) * 1e9, median(ratios), 1.3);
   }
-  table.ratio("Launch", fenced + host(hosts.back().megabytes), hosts.back().fenced_s * 1e9,
-              "the same call, " + host(hosts.front().megabytes), hosts.front().fenced_s * 1e9, 1.3);
+  table.ratio("Launch", fenced + host(hosts.back().megabytes) + rounds_of, median(hosts.back().fenced_s) * 1e9,
+              "the same call, " + host(hosts.front().megabytes), median(hosts.front().fenced_s) * 1e9, 1.3);
 
 #ifdef DSH_BENCH_SANDBOXED_BASH
   const BashTrue plain("dsh-sandboxed-bash");
