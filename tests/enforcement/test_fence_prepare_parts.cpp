@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,6 +25,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 using dsh::canonical_path;
@@ -407,6 +409,85 @@ TEST_CASE("a bind of the host's terminals outside /dev: the base fence refuses t
                      (by_name == ENOENT ? 0 : 8);
   });
   CHECK(status == 0);
+}
+
+TEST_CASE("a hidden path's identity is taken only while it names what the plan says: a device tree's mount root") {
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root: the bind is made in a private mount namespace of a root child");
+  }
+  const Lab lab;
+  const std::string base = canonical_path(lab.outside()).native();
+  std::filesystem::create_directories(base + "/chroot/pts");
+  std::filesystem::create_directories(base + "/decoy/pts");
+  write_file(base + "/file", "file\n");
+  struct stat terminals {};
+  REQUIRE(::stat("/dev/pts", &terminals) == 0);
+  const std::string device = std::to_string(major(terminals.st_dev)) + ":" + std::to_string(minor(terminals.st_dev));
+  const int status = dsh::test::unfenced([&] {
+    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        ::mount("/dev/pts", (base + "/chroot/pts").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      return 10;
+    }
+    using dsh::detail::hidden_identity;
+    const std::optional<dsh::detail::FileIdentity> tree = hidden_identity(base + "/chroot/pts", true, device);
+    struct stat plain {};
+    const bool plain_seen = ::stat((base + "/decoy/pts").c_str(), &plain) == 0;
+    const std::optional<dsh::detail::FileIdentity> unmounted = hidden_identity(base + "/decoy/pts", true, "");
+    int wrong = 0;
+    // The mount's root, on the filesystem the table names: its own device and inode.
+    wrong |= tree && tree->device == static_cast<std::uint64_t>(terminals.st_dev) &&
+                     tree->inode == static_cast<std::uint64_t>(terminals.st_ino)
+                 ? 0
+                 : 1;
+    // Another directory at the tree's name (a rename put it there), or the tree's name on another
+    // filesystem, or a directory that is no mount's root: nothing.
+    wrong |= hidden_identity(base + "/decoy/pts", true, device) ? 2 : 0;
+    wrong |= hidden_identity(base + "/chroot/pts", true, "0:1") ? 4 : 0;
+    wrong |= hidden_identity(base + "/chroot", true,
+                             std::to_string(major(plain.st_dev)) + ":" + std::to_string(minor(plain.st_dev)))
+                 ? 8
+                 : 0;
+    // Without a mount to be: the directory itself; the wrong kind, or nothing there: nothing.
+    wrong |= plain_seen && unmounted && unmounted->inode == static_cast<std::uint64_t>(plain.st_ino) ? 0 : 16;
+    wrong |= hidden_identity(base + "/file", true, "") ? 32 : 0;
+    wrong |= hidden_identity(base + "/chroot/pts", false, device) ? 64 : 0;
+    wrong |= hidden_identity(base + "/missing", true, "") ? 128 : 0;
+    return wrong;
+  });
+  CHECK(status == 0);
+}
+
+TEST_CASE("a device tree the table shows where it no longer is makes the layer's plan refuse, never skip it") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::string base = canonical_path(lab.outside()).native();
+  std::filesystem::create_directories(base + "/decoy/pts");
+  FenceOptions options;
+  options.isolation = dsh::Isolation::required;
+  options.session_cwd = lab.workspace();
+  const ResolvedPolicy policy = lab.policy(SandboxMode::read_only);
+  // The table as read a moment before a command renamed the tree's parent away (nothing is at
+  // that path now), or put a plain directory in its place.
+  for (const auto& [where, expected] :
+       {std::pair{base + "/gone/pts", "is no longer found there (moved while the fence was prepared)"},
+        std::pair{base + "/decoy/pts", "changed while the fence was prepared"}}) {
+    CAPTURE(where);
+    const std::string text = "24 1 0:6 / /dev rw - devtmpfs devtmpfs rw\n"
+                             "40 1 8:1 / / rw shared:1 - ext4 /dev/sda1 rw\n"
+                             "41 40 0:24 / " +
+                             where + " rw - devpts devpts rw\n";
+    const auto mounts =
+        std::make_shared<const std::vector<dsh::detail::MountEntry>>(dsh::detail::parse_mount_table(text));
+    dsh::FenceReport report;
+    report.status = dsh::FenceStatus::enforced;
+    try {
+      (void)dsh::detail::plan_namespace_layer(policy, options, dsh::detail::HostEnvironment::current(), {}, report,
+                                              mounts);
+      FAIL("the plan hid another directory, or none, and went on");
+    } catch (const dsh::LandlockError& error) {
+      CHECK_THAT(error.what(), Catch::Matchers::Contains(expected));
+    }
+  }
 }
 
 TEST_CASE("a thread with a mount namespace of its own: its device mounts are the ones judged") {

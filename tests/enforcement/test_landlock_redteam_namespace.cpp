@@ -14,6 +14,7 @@
 #include "support/hosts.hpp"
 #include "support/landlock.hpp"
 #include "support/seccomp.hpp"
+#include "support/terminal.hpp"
 
 #include <dsh/detail/text/concat.hpp>
 #include <dsh/landlock.hpp>
@@ -27,14 +28,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -702,6 +706,84 @@ TEST_CASE("limit: below Landlock ABI 9 a listening socket left in view is reache
   CHECK(run_fenced(fence, connect_argv(client, socket), lab.workspace()) ==
         (resolve_unix ? "1 connect: Permission denied\n" : "0 sent\n"));
   CHECK(listener.reached() == (resolve_unix ? 0 : 1));
+}
+
+// =============================================================================================
+// The host's terminals beneath a grant
+// =============================================================================================
+
+// The layer covers a device tree beneath a grant (here the host's /dev/pts bound into a chroot
+// in the workspace) with an empty view. A command of another call of the same session may
+// rename a directory above it between this call's prepare and its child's mounts and put
+// another directory at that name; the host does that exchange here, at that moment, so that
+// the attempt never depends on winning a race (a racing call won it in 10 to 17 of 30 calls).
+// The view must not land on the other name and leave the host's terminals in view: the call
+// runs nothing, and the line typed on the host's terminal is still unread after it.
+TEST_CASE("namespace: a device tree beneath the workspace renamed after prepare is not left in view") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : {false, true}) {
+    CAPTURE(unprivileged);
+    const Lab lab;
+    const std::filesystem::path& workspace = lab.workspace();
+    for (const char* directory : {"chroot/dev/pts", "decoy/dev/pts"}) {
+      std::filesystem::create_directories(workspace / directory);
+    }
+    if (unprivileged) {
+      open_lab_to_nobody(lab);
+      for (const char* directory : {"chroot", "chroot/dev", "chroot/dev/pts", "decoy", "decoy/dev", "decoy/dev/pts"}) {
+        hand_to_nobody(workspace / directory);
+      }
+    }
+    const std::string seen = as_host(false, [&]() -> std::string {
+      if (!enter_private_mount_namespace()) {
+        return std::string("cannot enter a private mount namespace: ") + std::strerror(errno);
+      }
+      if (::mount("/dev/pts", (workspace / "chroot/dev/pts").c_str(), nullptr, MS_BIND, nullptr) != 0) {
+        return std::string("cannot bind /dev/pts into the chroot: ") + std::strerror(errno);
+      }
+      return as_host(unprivileged, [&]() -> std::string {
+        const Pty user(24, 80); // the host user's terminal
+        if (::write(user.master(), "secret\n", 7) != 7) {
+          return "cannot type on the host's terminal";
+        }
+        const std::vector<std::string> variables{"N=" + user.name().substr(std::string("/dev/pts/").size())};
+        const std::string script = R"script(for d in chroot decoy; do
+  if [ "$(stat -f -c %T $d/dev/pts)" = devpts ]; then echo "in view at $d"; timeout 2 head -c 6 $d/dev/pts/$N; echo; fi
+done; echo ran)script";
+        std::string text;
+        {
+          const PreparedFence fence =
+              prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::required);
+          const Shell call = shell(fence, script, workspace, variables);
+          text += "as prepared: " + std::to_string(call.status) + " " + call.out;
+        }
+        const PreparedFence fence =
+            prepare(lab.policy(SandboxMode::workspace_write), session_options(lab), Isolation::required);
+        if (::syscall(SYS_renameat2, AT_FDCWD, (workspace / "chroot").c_str(), AT_FDCWD, (workspace / "decoy").c_str(),
+                      RENAME_EXCHANGE) != 0) {
+          return text + "cannot exchange the chroot and the decoy: " + std::strerror(errno);
+        }
+        try {
+          const Shell call = shell(fence, script, workspace, variables);
+          text += "moved: ran, " + std::to_string(call.status) + " " + call.out;
+        } catch (const dsh::Error& error) {
+          const std::string what = error.what();
+          text += "moved: refused" +
+                  std::string(what.find("no longer the one the fence was prepared with") != std::string::npos
+                                  ? " (moved since prepare)\n"
+                                  : ": " + what + "\n");
+        }
+        const int flags = ::fcntl(user.slave(), F_GETFL);
+        std::array<char, 64> left{};
+        const ::ssize_t got = ::fcntl(user.slave(), F_SETFL, flags | O_NONBLOCK) == 0
+                                  ? ::read(user.slave(), left.data(), left.size())
+                                  : -1;
+        return text + "the host's terminal holds: " +
+               (got > 0 ? std::string(left.data(), static_cast<std::size_t>(got)) : "nothing\n");
+      });
+    });
+    CHECK(seen == "as prepared: 0 ran\nmoved: refused (moved since prepare)\nthe host's terminal holds: secret\n");
+  }
 }
 
 // =============================================================================================

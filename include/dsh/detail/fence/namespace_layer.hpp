@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #if defined(__linux__)
 #include <algorithm>
@@ -34,6 +35,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <system_error>
 #include <unistd.h>
@@ -48,7 +50,14 @@ namespace dsh::detail {
 // architecture: system calls added after 5.0 share one table.
 inline constexpr long sys_open_tree = 428;
 inline constexpr long sys_move_mount = 429;
+inline constexpr long sys_fsopen = 430;
+inline constexpr long sys_fsconfig = 431;
+inline constexpr long sys_fsmount = 432;
 inline constexpr long sys_mount_setattr = 442;
+inline constexpr unsigned fsopen_cloexec = 0x1U;
+inline constexpr unsigned fsconfig_set_string = 1U;
+inline constexpr unsigned fsconfig_cmd_create = 6U;
+inline constexpr unsigned fsmount_cloexec = 0x1U;
 inline constexpr unsigned open_tree_clone = 1U;
 inline constexpr unsigned at_recursive = 0x8000U;
 inline constexpr unsigned move_mount_f_empty_path = 0x4U;
@@ -78,6 +87,12 @@ inline constexpr std::string_view layer_uts = "UTS namespace";
 inline constexpr std::string_view layer_temporary = "/tmp, /var/tmp, /dev/shm";
 inline constexpr std::string_view layer_hidden = "host state out of view";
 
+/// Which file a path named when the fence was prepared: its device and inode (`lstat`).
+struct FileIdentity {
+  std::uint64_t device = 0;
+  std::uint64_t inode = 0;
+};
+
 /// What the namespace layer does in a child, every path built when the fence was prepared.
 struct NamespacePlan {
   bool active = false;                        ///< the layer applies (every row but possibly `temporary_areas`)
@@ -98,12 +113,21 @@ struct NamespacePlan {
   std::vector<std::string> revealed;
   std::vector<std::string> revealed_steps; ///< the directories made in the empty views for them, parents first
   std::vector<std::string> hidden_files;   ///< replaced by a read-only, nodev bind of /dev/null
+  /// What each of `hidden_dirs`, then each of `hidden_files`, was when the fence was prepared:
+  /// the child covers a path only while it still names that file. A concurrent command may
+  /// rename a directory above one that lies beneath its grants (a device tree in a chroot of
+  /// the workspace) and put another in its place.
+  std::vector<FileIdentity> hidden_identities;
 };
 
 #if defined(__linux__)
 /// How many grants beneath hidden directories a plan may bind back (each is held open by the
 /// child while the views are made, in an array of this size).
 inline constexpr std::size_t max_revealed = 16;
+
+/// How many directories a plan may hide (each empty view is held open by the child until it is
+/// made read-only, in an array of this size).
+inline constexpr std::size_t max_hidden_dirs = 64;
 
 /// The host devices bound into the command's fresh /dev, by the same name.
 inline constexpr std::array<const char*, 6> layer_devices{"/dev/null",   "/dev/zero",    "/dev/full",
@@ -301,10 +325,12 @@ private:
 /// descriptor) onto `target` without following a link there; the clone's own mount is made
 /// read-only with `readonly` (with `attributes`, recursively) or writable otherwise (its
 /// submounts keep their flags). `directory`: whether the target must be a directory (else
-/// it must not be one). With `walk`, the target is looked up through it (`BindWalk`).
+/// it must not be one). With `walk`, the target is looked up through it (`BindWalk`). With
+/// `expected`, the target must be that file (else ESTALE: it was moved since it was planned).
 /// Returns errno or 0. Async-signal-safe.
 [[nodiscard]] inline int attach_clone(int source_fd, const char* source, const char* target, bool directory,
-                                      bool readonly, std::uint64_t attributes = 0, BindWalk* walk = nullptr) noexcept {
+                                      bool readonly, std::uint64_t attributes = 0, BindWalk* walk = nullptr,
+                                      const FileIdentity* expected = nullptr) noexcept {
   // Every component of the target as spelled, no link followed: a concurrent call that swaps a
   // directory on the way for a link must not move this bind elsewhere.
   const int target_fd = walk != nullptr ? walk->open_target(target) : open_without_links(target, O_PATH);
@@ -315,6 +341,11 @@ private:
   if (::fstat(target_fd, &info) != 0 || S_ISDIR(info.st_mode) != directory || S_ISLNK(info.st_mode)) {
     ::close(target_fd);
     return S_ISLNK(info.st_mode) ? ELOOP : directory ? ENOTDIR : EISDIR;
+  }
+  if (expected != nullptr && (static_cast<std::uint64_t>(info.st_dev) != expected->device ||
+                              static_cast<std::uint64_t>(info.st_ino) != expected->inode)) {
+    ::close(target_fd);
+    return ESTALE;
   }
   // A bind onto itself clones what the walk above opened; another source is named by the caller.
   const bool itself = source_fd < 0 && std::strcmp(source, target) == 0;
@@ -499,35 +530,86 @@ private:
     close_revealed();
     return fail(error, step);
   };
-  for (const std::string& directory : plan.hidden_dirs) {
-    if (::mount("tmpfs", directory.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755") != 0) {
-      return fail_revealed(errno, "mount of an empty view over a host directory");
+  // Each directory is found again without following a link and must still be the one the
+  // fence was prepared with; the empty view goes onto that directory itself (a tmpfs made
+  // apart, then moved onto the descriptor), where no later rename of a directory above it
+  // takes it out from under the view. Held until it is made read-only, as a mount, not a path.
+  if (plan.hidden_dirs.size() > max_hidden_dirs ||
+      plan.hidden_identities.size() != plan.hidden_dirs.size() + plan.hidden_files.size()) {
+    return fail_revealed(E2BIG, "the host directories to hide, against what the layer holds");
+  }
+  std::array<int, max_hidden_dirs> views{};
+  views.fill(-1);
+  const auto close_views = [&views]() noexcept { close_held(views); };
+  const auto fail_views = [&close_views, &fail_revealed](int error, const char* step) noexcept {
+    close_views();
+    return fail_revealed(error, step);
+  };
+  for (std::size_t i = 0; i < plan.hidden_dirs.size(); ++i) {
+    const int target = open_without_links(plan.hidden_dirs[i].c_str(), O_PATH | O_DIRECTORY);
+    if (target < 0) {
+      return fail_views(errno, "open(O_PATH) of a host directory to hide");
+    }
+    struct stat info {};
+    const FileIdentity& expected = plan.hidden_identities[i];
+    if (::fstat(target, &info) != 0 || static_cast<std::uint64_t>(info.st_dev) != expected.device ||
+        static_cast<std::uint64_t>(info.st_ino) != expected.inode) {
+      ::close(target);
+      return fail_views(ESTALE, "a host directory to hide is no longer the one the fence was prepared with");
+    }
+    const int context = static_cast<int>(::syscall(sys_fsopen, "tmpfs", fsopen_cloexec));
+    int error = context < 0 ? errno : 0;
+    if (error == 0 && (::syscall(sys_fsconfig, context, fsconfig_set_string, "mode", "0755", 0) != 0 ||
+                       ::syscall(sys_fsconfig, context, fsconfig_cmd_create, nullptr, nullptr, 0) != 0)) {
+      error = errno;
+    }
+    if (error == 0) {
+      views[i] = static_cast<int>(
+          ::syscall(sys_fsmount, context, fsmount_cloexec, mount_attr_nosuid | mount_attr_nodev | mount_attr_noexec));
+      error = views[i] < 0 ? errno : 0;
+    }
+    if (error == 0 &&
+        ::syscall(sys_move_mount, views[i], "", target, "", move_mount_f_empty_path | move_mount_t_empty_path) != 0) {
+      error = errno;
+    }
+    if (context >= 0) {
+      ::close(context);
+    }
+    ::close(target);
+    if (error != 0) {
+      return fail_views(error, "mount of an empty view over a host directory");
     }
   }
   for (const std::string& step : plan.revealed_steps) {
     if (::mkdir(step.c_str(), 0755) != 0 && errno != EEXIST) {
-      return fail_revealed(errno, "mkdir in an empty view for a grant beneath it");
+      return fail_views(errno, "mkdir in an empty view for a grant beneath it");
     }
   }
   for (std::size_t i = 0; i < plan.revealed.size(); ++i) {
     if (const int error = attach_clone(revealed[i], "", plan.revealed[i].c_str(), true, false); error != 0) {
-      return fail_revealed(error, "bind of a grant back into an empty view");
+      return fail_views(error, "bind of a grant back into an empty view");
     }
   }
   close_revealed();
-  for (const std::string& directory : plan.hidden_dirs) {
-    if (::mount(nullptr, directory.c_str(), nullptr,
-                MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
-      return fail(errno, "mount(MS_REMOUNT|MS_RDONLY) of an empty view");
+  MountAttr readonly_view{};
+  readonly_view.attr_set = mount_attr_rdonly | mount_attr_nosuid | mount_attr_nodev | mount_attr_noexec;
+  for (std::size_t i = 0; i < plan.hidden_dirs.size(); ++i) {
+    if (::syscall(sys_mount_setattr, views[i], "", AT_EMPTY_PATH, &readonly_view, sizeof readonly_view) != 0) {
+      const int error = errno;
+      close_views();
+      return fail(error, "mount_setattr(MOUNT_ATTR_RDONLY) of an empty view");
     }
   }
+  close_views();
   {
     BindWalk walk;
-    for (const std::string& file : plan.hidden_files) {
-      if (const int error = attach_clone(-1, "/dev/null", file.c_str(), false, true,
-                                         mount_attr_nodev | mount_attr_nosuid | mount_attr_noexec, &walk);
+    for (std::size_t i = 0; i < plan.hidden_files.size(); ++i) {
+      if (const int error = attach_clone(-1, "/dev/null", plan.hidden_files[i].c_str(), false, true,
+                                         mount_attr_nodev | mount_attr_nosuid | mount_attr_noexec, &walk,
+                                         &plan.hidden_identities[plan.hidden_dirs.size() + i]);
           error != 0) {
-        return fail(error, "bind of /dev/null over a host file");
+        return fail(error, error == ESTALE ? "a host file to hide is no longer the one the fence was prepared with"
+                                           : "bind of /dev/null over a host file");
       }
     }
   }
@@ -680,6 +762,27 @@ struct NamespaceProbe {
   (void)plan;
   return {ENOSYS, "unshare"};
 #endif
+}
+
+/// What `path` names now, for a child to find again before it covers it
+/// (`NamespacePlan::hidden_identities`): its device and inode, when it is a directory exactly
+/// when `directory` says and, with `mounted_device` ("major:minor", as the mount table shows
+/// it), the root of a mount of that filesystem; nothing otherwise. A device tree beneath a
+/// grant (a chroot's dev/pts in the workspace) may have been moved, by a command renaming a
+/// directory above it, since the mount table was read, and another directory put in its place.
+[[nodiscard]] inline std::optional<FileIdentity> hidden_identity(const std::string& path, bool directory,
+                                                                 std::string_view mounted_device) {
+  struct statx info {};
+  if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_INO, &info) != 0 ||
+      S_ISDIR(info.stx_mode) != directory) {
+    return std::nullopt;
+  }
+  if (!mounted_device.empty() &&
+      ((info.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) == 0 || (info.stx_attributes & STATX_ATTR_MOUNT_ROOT) == 0 ||
+       mounted_device != std::to_string(info.stx_dev_major) + ":" + std::to_string(info.stx_dev_minor))) {
+    return std::nullopt;
+  }
+  return FileIdentity{static_cast<std::uint64_t>(::makedev(info.stx_dev_major, info.stx_dev_minor)), info.stx_ino};
 }
 
 /// The placeholder that keeps the missing protected `entry` from being created: an empty
@@ -905,9 +1008,56 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
   if (!mounts) {
     mounts = current_mount_table();
   }
+  // Each device tree hidden, with the filesystem the table shows there ("major:minor").
+  std::vector<std::pair<std::string, std::string>> tree_devices;
   for (const std::filesystem::path& tree : device_trees(*mounts)) {
     if (tree != "/dev") {
       hide("the device filesystem", tree);
+      // The last mount at that point is the one it shows.
+      const auto shown = std::find_if(mounts->rbegin(), mounts->rend(),
+                                      [&tree](const MountEntry& mount) { return mount.point == tree; });
+      if (shown != mounts->rend()) {
+        tree_devices.emplace_back(tree.native(), shown->device);
+      }
+    }
+  }
+  // Each is hidden at the very path the table gives (its mount root checked below), or lies in
+  // what is out of view already, or holds the work: a tree a command moved since the table was
+  // read (renaming a directory above it, beneath its grants) is found at no path, or at another.
+  for (const std::pair<std::string, std::string>& found : tree_devices) {
+    const std::string& tree = found.first; // a structured binding: clang 14 cannot capture it
+    const auto listed = [&tree](const std::vector<std::string>& hidden) {
+      return std::find(hidden.begin(), hidden.end(), tree) != hidden.end();
+    };
+    const bool covered = replaced(tree) || std::any_of(plan.hidden_dirs.begin(), plan.hidden_dirs.end(),
+                                                       [&tree](const std::string& hidden) {
+                                                         return hidden != tree && is_within(tree, hidden);
+                                                       });
+    if (!listed(plan.hidden_dirs) && !listed(plan.hidden_files) && !covered && !contains_work(tree)) {
+      throw LandlockError(subject + ": the device filesystem mounted at " + json_string_literal(tree) +
+                          " is no longer found there (moved while the fence was prepared); refusing to run with "
+                          "it in view");
+    }
+  }
+  if (plan.hidden_dirs.size() > max_hidden_dirs) {
+    throw LandlockError(subject + ": more than " + std::to_string(max_hidden_dirs) +
+                        " directories of the host's state to hide; refusing to run with them in view");
+  }
+  // What each hidden path names now; the child covers it only while it names the same file.
+  for (const std::vector<std::string>* hidden : {&plan.hidden_dirs, &plan.hidden_files}) {
+    for (const std::string& path : *hidden) {
+      std::string_view mounted;
+      for (const auto& [tree, device] : tree_devices) {
+        if (tree == path) {
+          mounted = device;
+        }
+      }
+      const std::optional<FileIdentity> identity = hidden_identity(path, hidden == &plan.hidden_dirs, mounted);
+      if (!identity) {
+        throw LandlockError(subject + ": the host's " + json_string_literal(path) +
+                            " changed while the fence was prepared; refusing to run with it in view");
+      }
+      plan.hidden_identities.push_back(*identity);
     }
   }
   // The grants beneath what is hidden, and the directories their mount points need in the

@@ -197,6 +197,11 @@ struct LaunchWire {
     out.texts(layer.revealed);
     out.texts(layer.revealed_steps);
     out.texts(layer.hidden_files);
+    out.word(layer.hidden_identities.size());
+    for (const FileIdentity& identity : layer.hidden_identities) {
+      out.word(identity.device);
+      out.word(identity.inode);
+    }
     out.word(launch_magic);
 
     LaunchHeader header;
@@ -358,6 +363,16 @@ struct LaunchWire {
       layer.revealed = in.texts();
       layer.revealed_steps = in.texts();
       layer.hidden_files = in.texts();
+      const std::uint64_t identities = in.word();
+      if (identities == layer.hidden_dirs.size() + layer.hidden_files.size()) {
+        layer.hidden_identities.reserve(identities);
+        for (std::uint64_t i = 0; i < identities; ++i) {
+          FileIdentity identity;
+          identity.device = in.word();
+          identity.inode = in.word();
+          layer.hidden_identities.push_back(identity);
+        }
+      }
       const bool ended = in.word() == launch_magic;
       if (!in.complete() || !ended || cwd < 0 || args.empty() || report.status > FenceStatus::unfenced) {
         fail(EPROTO, "reading the launch request");

@@ -47,7 +47,7 @@ namespace dsh::detail {
 inline constexpr std::uint32_t launch_magic = 0x4c485344U;
 /// The version of the launch messages; a launcher that answers with another one is not used.
 /// Bumped with any change of the wire format (detail/launch_wire.hpp).
-inline constexpr std::uint32_t launch_protocol = 4U;
+inline constexpr std::uint32_t launch_protocol = 5U;
 /// The argument before the protocol number on the launcher's command line.
 inline constexpr const char* launch_protocol_flag = "--dsh-launch-protocol";
 
