@@ -87,7 +87,8 @@ inline constexpr std::string_view layer_uts = "UTS namespace";
 inline constexpr std::string_view layer_temporary = "/tmp, /var/tmp, /dev/shm";
 inline constexpr std::string_view layer_hidden = "host state out of view";
 
-/// Which file a path named when the fence was prepared: its device and inode (`lstat`).
+/// Which file a path named when the fence was prepared: its device and inode, as `statx`
+/// reports them without following a final link (`hidden_identity`).
 struct FileIdentity {
   std::uint64_t device = 0;
   std::uint64_t inode = 0;
@@ -536,7 +537,7 @@ private:
   // takes it out from under the view. Held until it is made read-only, as a mount, not a path.
   if (plan.hidden_dirs.size() > max_hidden_dirs ||
       plan.hidden_identities.size() != plan.hidden_dirs.size() + plan.hidden_files.size()) {
-    return fail_revealed(E2BIG, "the host directories to hide, against what the layer holds");
+    return fail_revealed(E2BIG, "the plan's host directories to hide (too many, or without their identities)");
   }
   std::array<int, max_hidden_dirs> views{};
   views.fill(-1);
@@ -772,6 +773,7 @@ struct NamespaceProbe {
 /// directory above it, since the mount table was read, and another directory put in its place.
 [[nodiscard]] inline std::optional<FileIdentity> hidden_identity(const std::string& path, bool directory,
                                                                  std::string_view mounted_device) {
+#if defined(__linux__)
   struct statx info {};
   if (::statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_TYPE | STATX_INO, &info) != 0 ||
       S_ISDIR(info.stx_mode) != directory) {
@@ -783,6 +785,12 @@ struct NamespaceProbe {
     return std::nullopt;
   }
   return FileIdentity{static_cast<std::uint64_t>(::makedev(info.stx_dev_major, info.stx_dev_minor)), info.stx_ino};
+#else
+  (void)path;
+  (void)directory;
+  (void)mounted_device;
+  return std::nullopt;
+#endif
 }
 
 /// The placeholder that keeps the missing protected `entry` from being created: an empty
