@@ -3,6 +3,7 @@
 // spelled as the workspace root judged and guarded once. Each must give exactly what the general
 // code gives.
 #include "support/landlock.hpp"
+#include "support/users.hpp"
 
 #include <dsh/landlock.hpp>
 #include <dsh/sandbox_policy.hpp>
@@ -424,7 +425,7 @@ TEST_CASE("a hidden path's identity is taken only while it names what the plan s
   REQUIRE(::stat("/dev/pts", &terminals) == 0);
   const std::string device = std::to_string(major(terminals.st_dev)) + ":" + std::to_string(minor(terminals.st_dev));
   const int status = dsh::test::unfenced([&] {
-    if (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+    if (!enter_private_mount_namespace() ||
         ::mount("/dev/pts", (base + "/chroot/pts").c_str(), nullptr, MS_BIND, nullptr) != 0) {
       return 10;
     }

@@ -322,6 +322,34 @@ private:
   std::array<char, 4096> prefix_{}; // the path of the deepest held directory, not terminated
 };
 
+/// Opens the mount target `target` (O_PATH) as the plan has it: every component as spelled, no
+/// link followed (through `walk` when given), so that a concurrent call that swaps a directory
+/// on the way for a link cannot move the mount elsewhere; a directory exactly when `directory`
+/// says (else ENOTDIR or EISDIR; a link: ELOOP); with `expected`, that very file (else ESTALE:
+/// it was moved since it was planned). Returns the descriptor, or -1 with errno set.
+/// Async-signal-safe.
+[[nodiscard]] inline int open_planned_target(const char* target, bool directory, BindWalk* walk,
+                                             const FileIdentity* expected) noexcept {
+  const int fd = walk != nullptr ? walk->open_target(target) : open_without_links(target, O_PATH);
+  if (fd < 0) {
+    return -1;
+  }
+  struct stat info {};
+  int error = 0;
+  if (::fstat(fd, &info) != 0 || S_ISDIR(info.st_mode) != directory || S_ISLNK(info.st_mode)) {
+    error = S_ISLNK(info.st_mode) ? ELOOP : directory ? ENOTDIR : EISDIR;
+  } else if (expected != nullptr && (static_cast<std::uint64_t>(info.st_dev) != expected->device ||
+                                     static_cast<std::uint64_t>(info.st_ino) != expected->inode)) {
+    error = ESTALE;
+  }
+  if (error != 0) {
+    ::close(fd);
+    errno = error;
+    return -1;
+  }
+  return fd;
+}
+
 /// Mounts a clone of the tree at `source` (a path, or with `source_fd` >= 0 that O_PATH
 /// descriptor) onto `target` without following a link there; the clone's own mount is made
 /// read-only with `readonly` (with `attributes`, recursively) or writable otherwise (its
@@ -332,21 +360,9 @@ private:
 [[nodiscard]] inline int attach_clone(int source_fd, const char* source, const char* target, bool directory,
                                       bool readonly, std::uint64_t attributes = 0, BindWalk* walk = nullptr,
                                       const FileIdentity* expected = nullptr) noexcept {
-  // Every component of the target as spelled, no link followed: a concurrent call that swaps a
-  // directory on the way for a link must not move this bind elsewhere.
-  const int target_fd = walk != nullptr ? walk->open_target(target) : open_without_links(target, O_PATH);
+  const int target_fd = open_planned_target(target, directory, walk, expected);
   if (target_fd < 0) {
     return errno;
-  }
-  struct stat info {};
-  if (::fstat(target_fd, &info) != 0 || S_ISDIR(info.st_mode) != directory || S_ISLNK(info.st_mode)) {
-    ::close(target_fd);
-    return S_ISLNK(info.st_mode) ? ELOOP : directory ? ENOTDIR : EISDIR;
-  }
-  if (expected != nullptr && (static_cast<std::uint64_t>(info.st_dev) != expected->device ||
-                              static_cast<std::uint64_t>(info.st_ino) != expected->inode)) {
-    ::close(target_fd);
-    return ESTALE;
   }
   // A bind onto itself clones what the walk above opened; another source is named by the caller.
   const bool itself = source_fd < 0 && std::strcmp(source, target) == 0;
@@ -547,16 +563,12 @@ private:
     return fail_revealed(error, step);
   };
   for (std::size_t i = 0; i < plan.hidden_dirs.size(); ++i) {
-    const int target = open_without_links(plan.hidden_dirs[i].c_str(), O_PATH | O_DIRECTORY);
+    const int target = open_planned_target(plan.hidden_dirs[i].c_str(), true, nullptr, &plan.hidden_identities[i]);
     if (target < 0) {
-      return fail_views(errno, "open(O_PATH) of a host directory to hide");
-    }
-    struct stat info {};
-    const FileIdentity& expected = plan.hidden_identities[i];
-    if (::fstat(target, &info) != 0 || static_cast<std::uint64_t>(info.st_dev) != expected.device ||
-        static_cast<std::uint64_t>(info.st_ino) != expected.inode) {
-      ::close(target);
-      return fail_views(ESTALE, "a host directory to hide is no longer the one the fence was prepared with");
+      const int error = errno;
+      return fail_views(error, error == ESTALE
+                                   ? "a host directory to hide is no longer the one the fence was prepared with"
+                                   : "open(O_PATH) of a host directory to hide");
     }
     const int context = static_cast<int>(::syscall(sys_fsopen, "tmpfs", fsopen_cloexec));
     int error = context < 0 ? errno : 0;
