@@ -112,8 +112,12 @@ public:
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
     PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment, true);
+    // The layer alone binds the protected entries (a fence without it refuses nothing more for
+    // them, docs/enforcement.md#what-each-family-does), so a call that cannot have it scans nothing.
+    const bool layered = options.isolation != Isolation::off && policy.mode != SandboxMode::danger_full_access;
     fence.add_namespace_layer(policy, options, environment,
-                              detail::protected_entries(policy.workspace_root, policy.protected_paths));
+                              layered ? detail::protected_entries(policy.workspace_root, policy.protected_paths)
+                                      : detail::ProtectedScan{});
     fence.fence_reads();
     fence.policy_ = policy;
     return fence;
@@ -535,7 +539,17 @@ namespace dsh::detail {
     const int error = errno;
     throw LandlockError(subject + ": landlock_create_ruleset failed: " + std::strerror(error));
   }
-  // Adds one rule and records it; returns "" or, when the anchor cannot be opened, is not of
+  // Adds one rule on `anchor`, the open `path`, and records it.
+  const auto grant_anchor = [&](const std::filesystem::path& path, int anchor, std::uint64_t rights) {
+    const PathBeneathAttr rule{rights, anchor};
+    if (::syscall(sys_landlock_add_rule, ruleset.get(), landlock_rule_path_beneath, &rule, 0U) != 0) {
+      const int error = errno;
+      throw LandlockError(subject + ": landlock_add_rule for " + json_string_literal(path.native()) +
+                          " failed: " + std::strerror(error));
+    }
+    report.grants.push_back({path, rights});
+  };
+  // Opens `path` and adds its rule; returns "" or, when the anchor cannot be opened, is not of
   // the expected kind, or (a directory) is no longer the canonical path that was checked,
   // why (optional grants are then skipped, never widened).
   const auto grant = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) -> std::string {
@@ -553,13 +567,7 @@ namespace dsh::detail {
         return "it was replaced while the fence was prepared";
       }
     }
-    const PathBeneathAttr rule{rights, anchor.get()};
-    if (::syscall(sys_landlock_add_rule, ruleset.get(), landlock_rule_path_beneath, &rule, 0U) != 0) {
-      const int error = errno;
-      throw LandlockError(subject + ": landlock_add_rule for " + json_string_literal(path.native()) +
-                          " failed: " + std::strerror(error));
-    }
-    report.grants.push_back({path, rights});
+    grant_anchor(path, anchor.get(), rights);
     return {};
   };
 
@@ -651,7 +659,8 @@ namespace dsh::detail {
 
     // The private directory is granted to this session alone; it must expose nothing either.
     {
-      const std::filesystem::path made = make_private_temporary(temporary_root, temporary_name, default_root);
+      const PrivateTemporary private_temporary = make_private_temporary(temporary_root, temporary_name, default_root);
+      const std::filesystem::path& made = private_temporary.path;
       if (temporary_name.starts_with("call-")) {
         owned_temporary = OwnedDirectory(made);
       }
@@ -663,10 +672,8 @@ namespace dsh::detail {
                                      json_string_literal(made.native()), ": ", why));
         }
       }
-      if (const std::string why = grant(made, true, directory_rights); !why.empty()) {
-        throw LandlockError(subject + ": cannot open the session's temporary directory " +
-                            json_string_literal(made.native()) + ": " + why);
-      }
+      // On the directory make_private_temporary checked, not on its path opened again.
+      grant_anchor(made, private_temporary.directory.get(), directory_rights);
       granted.push_back(made);
       report.temporary_directory = made;
     }

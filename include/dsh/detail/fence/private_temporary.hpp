@@ -6,6 +6,7 @@
 #include <dsh/detail/fence/host_environment.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
+#include <dsh/unique_fd.hpp>
 
 #include <array>
 #include <cerrno>
@@ -124,15 +125,23 @@ namespace dsh::detail {
   return "call-" + name_digest(bytes);
 }
 
+/// The session's private temporary directory as `make_private_temporary` made (or found) it.
+struct PrivateTemporary {
+  std::filesystem::path path; ///< its canonical path, as the kernel records it
+  /// The directory itself, open (close-on-exec): the one that was checked, so that a grant
+  /// anchored on it cannot land on another directory swapped in at `path` meanwhile.
+  UniqueFd directory;
+};
+
 /// Makes (or finds) `root` and the directory `name` beneath it so that only the effective user
-/// can change either, and returns the canonical path of the session's directory, as the kernel
-/// records it. The root is created with mode 0700 when missing (its parent must exist) and must
+/// can change either, and returns the session's directory: its canonical path, as the kernel
+/// records it, and the directory open. The root is created with mode 0700 when missing (its parent must exist) and must
 /// then be the user's, without group or other write bits (mode 0700 exactly for the default
 /// root); the session's directory is created with mode 0700 and must be the user's with no bit
 /// for group or other. Neither may be a symbolic link. Throws LandlockError naming the directory
 /// and what was found otherwise.
-[[nodiscard]] inline std::filesystem::path make_private_temporary(const std::filesystem::path& root,
-                                                                  const std::string& name, bool default_root) {
+[[nodiscard]] inline PrivateTemporary make_private_temporary(const std::filesystem::path& root, const std::string& name,
+                                                             bool default_root) {
   const std::string subject = "cannot make the session's private temporary directory ";
   const auto fail = [&](const std::filesystem::path& where, const std::string& why) {
     return LandlockError(subject + json_string_literal((root / name).native()) + ": " +
@@ -165,7 +174,7 @@ namespace dsh::detail {
     }
     made = false;
   }
-  const UniqueFd own{::openat(root_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
+  UniqueFd own{::openat(root_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)};
   if (!own || ::fstat(own.get(), &info) != 0) {
     const int error = errno;
     if (::fstatat(root_fd.get(), name.c_str(), &info, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -181,11 +190,11 @@ namespace dsh::detail {
   if (const std::string why = private_directory_problem(info, 077); !why.empty()) {
     throw fail(root / name, why);
   }
-  const std::optional<std::string> recorded = recorded_path(own.get());
+  std::optional<std::string> recorded = recorded_path(own.get());
   if (!recorded) {
     throw fail(root / name, "the kernel does not say where it is (/proc/self/fd is unavailable)");
   }
-  return *recorded;
+  return {std::move(*recorded), std::move(own)};
 }
 
 /// Removes the directory tree at `path` without following a symbolic link; returns false (and
