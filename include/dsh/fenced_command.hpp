@@ -644,33 +644,40 @@ private:
     bool command_ended = false;
     bool none_left = false; // waitpid answered ECHILD: no child, so no descendant either
     int ending = detail::command_exited;
+    // Reaps what is ready, at most `reap_batch` children; returns true when more may be ready.
+    // Bounded, so that a command whose descendants leave zombies faster than they are reaped
+    // (chains of fork and exit, each step adopted here) cannot keep the deadline and the
+    // host's hang-up from being looked at.
     const auto reap_ready = [&]() noexcept {
-      for (;;) {
+      for (int reaped = 0; reaped < detail::reap_batch; ++reaped) {
         int raw = 0;
         const ::pid_t done = ::waitpid(-1, &raw, WNOHANG | __WALL);
         if (done <= 0) {
           none_left = done < 0 && errno == ECHILD;
-          return;
+          return false;
         }
         if (done == command) {
           status = raw;
           command_ended = true;
         }
       }
+      return true;
     };
     for (;;) {
-      reap_ready();
+      const bool more = reap_ready();
       if (command_ended) {
         break;
       }
-      int timeout = -1;
+      int timeout = more ? 0 : -1;
       if (deadline != 0) {
         const long long remaining = deadline - detail::monotonic_ms();
         if (remaining <= 0) {
           ending = detail::time_limit_reached;
           break;
         }
-        timeout = static_cast<int>(std::min<long long>(remaining, std::numeric_limits<int>::max()));
+        if (!more) {
+          timeout = static_cast<int>(std::min<long long>(remaining, std::numeric_limits<int>::max()));
+        }
       }
       std::array<pollfd, 2> events{{{child_events, POLLIN, 0}, {report_fd, POLLIN, 0}}};
       if (::poll(events.data(), events.size(), timeout) < 0 && errno != EINTR) {
@@ -690,11 +697,18 @@ private:
     if (!command_ended) {
       ::kill(command, SIGKILL);
     }
-    // Kill what is left, then reap one, then look again: whoever a killed process orphans
-    // is reparented here before its parent can be reaped, so the next look finds it. For
-    // the same reason, ECHILD after the command was reaped means nothing of the call is left.
+    // Kill what is left, reap what is dead, wait for one more, then look again: whoever a
+    // killed process orphans is reparented here before its parent can be reaped, so the next
+    // look finds it. For the same reason, ECHILD after the command was reaped means nothing of
+    // the call is left. A batch of the zombies ready is reaped at each look, and the list stays
+    // short: with one reaped per look, the zombies of a flood made the list as long as the
+    // flood, read once per zombie (seconds after a time limit).
     while (!none_left) {
       detail::kill_listed_children(children);
+      static_cast<void>(reap_ready());
+      if (none_left) {
+        break;
+      }
       int raw = 0;
       const ::pid_t done = ::waitpid(-1, &raw, __WALL);
       if (done < 0) {

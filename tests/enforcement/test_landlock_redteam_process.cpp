@@ -966,6 +966,72 @@ TEST_CASE("redteam: the time limit ends the call and everything it started") {
   CHECK_THROWS_AS(FencedCommand({"true"}).time_limit(std::chrono::milliseconds(0)), dsh::ConfigError);
 }
 
+/// A copy of the zombie flood in `lab`'s base, where both hosts can run it; returns its path.
+std::filesystem::path install_zombie_flood(const Lab& lab) {
+  std::filesystem::path copy = lab.base() / "dsh_test_zombie_flood";
+  std::filesystem::copy_file(DSH_TEST_ZOMBIE_FLOOD, copy, std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::permissions(copy, std::filesystem::perms(0755));
+  return copy;
+}
+
+/// How many live processes run `program` (their /proc/<pid>/exe names it).
+int processes_running(const std::filesystem::path& program) {
+  int count = 0;
+  for (const std::filesystem::directory_entry& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().native();
+    std::array<char, 4096> target{};
+    if (name.find_first_not_of("0123456789") == std::string::npos &&
+        ::readlink((entry.path() / "exe").c_str(), target.data(), target.size() - 1) > 0 &&
+        program.native() == target.data()) {
+      ++count;
+    }
+  }
+  return count;
+}
+
+// The supervisor adopts every orphan of the call (a child subreaper). A command whose
+// descendants fork and exit in chains leaves it a zombie per step, faster than it reaps them on
+// a busy machine: while it reaped until none was left, it looked at neither its deadline nor
+// its host's hang-up (a 300 ms limit ended calls after 0.9-5.6 s here), and its last sweep
+// reaped one zombie per read of its children list (11-12 s once the deadline was kept).
+TEST_CASE("redteam: a flood of zombies keeps neither the time limit nor terminate() from ending the call") {
+  DSH_REQUIRE_LANDLOCK();
+  const Lab lab;
+  const std::filesystem::path flood = install_zombie_flood(lab);
+  over_hosts(lab, [&](bool unprivileged) {
+    const PreparedFence fence = dsh::test::prepare_base(lab.policy(SandboxMode::read_only));
+    const std::string out = as_host_with_copy(unprivileged, [&] {
+      using clock = std::chrono::steady_clock;
+      const auto milliseconds_since = [](clock::time_point start) {
+        return std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+      };
+      std::string seen;
+      for (int round = 0; round < 2; ++round) {
+        // The chains stop by themselves after 10 s: longer than any call here may take.
+        FencedCommand limited({flood.string(), "400", "10"});
+        limited.time_limit(std::chrono::milliseconds(300)).on_output([](dsh::CommandStream, std::string_view) {});
+        const clock::time_point started = clock::now();
+        FencedChild child = limited.spawn(fence);
+        const int status = child.wait();
+        seen += "limit " + std::to_string(status) + (child.timed_out() ? " timed out" : " ended") +
+                (milliseconds_since(started) < 2500 ? " in time" : " late") + "\n";
+      }
+      FencedCommand endless({flood.string(), "400", "10"});
+      std::string printed;
+      endless.on_output([&printed](dsh::CommandStream, std::string_view bytes) { printed.append(bytes); });
+      FencedChild child = endless.spawn(fence);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the flood under way
+      const clock::time_point asked = clock::now();
+      child.terminate();
+      const int status = child.wait();
+      seen += "terminate " + std::to_string(status) + (milliseconds_since(asked) < 2500 ? " in time" : " late") + "\n";
+      return seen;
+    });
+    CHECK(out == "limit 124 timed out in time\nlimit 124 timed out in time\nterminate 137 in time\n");
+    CHECK(processes_running(flood) == 0); // every call ended with everything it started
+  });
+}
+
 TEST_CASE("redteam: terminate() and destroying an unwaited call end everything") {
   DSH_REQUIRE_LANDLOCK();
   const Lab lab;

@@ -64,6 +64,10 @@ inline bool send_report(int fd, const SupervisorReport& report, int attached) no
   return sent >= 0 && write_all(fd, reinterpret_cast<const char*>(&report) + done, sizeof report - done);
 }
 
+/// How many children a supervisor reaps before it looks at its deadline and its host again: a
+/// call's descendants can leave zombies faster than one process reaps them.
+inline constexpr int reap_batch = 64;
+
 /// How a supervised call ended.
 enum Ending : int { command_exited = 0, time_limit_reached = 1, host_cancelled = 2 };
 
