@@ -840,6 +840,41 @@ TEST_CASE("a zygote that dies takes its spare with it and is started again at th
   CHECK(result == "as expected");
 }
 
+TEST_CASE("once the launcher announced a zygote, the host's calls go to it straight; a restart ends that zygote "
+          "too") {
+  const Lab lab;
+  const std::string result = as_host(false, [&] {
+    ::alarm(20); // a call that still went through the stopped launcher would wait for ever
+    dsh::FenceOptions options;
+    options.isolation = dsh::Isolation::off;
+    const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::workspace_write), options);
+    std::string text = shell(fence, "echo first", lab.workspace()).out; // starts the zygote
+    const ::pid_t launcher = FenceLauncher::pid();
+    const unsigned starts = FenceLauncher::starts();
+    const std::vector<::pid_t> zygotes = children_of(launcher);
+    text += std::to_string(zygotes.size()) + " zygote\n";
+    // Stopped, the launcher takes no call: each of these reaches the zygote without it.
+    ::kill(launcher, SIGSTOP);
+    for (int call = 0; call < 3; ++call) {
+      text += shell(fence, "echo straight", lab.workspace()).out;
+    }
+    ::kill(launcher, SIGCONT);
+    text += FenceLauncher::pid() == launcher && FenceLauncher::starts() == starts ? "same launcher\n"
+                                                                                  : "another launcher\n";
+    // The host held the zygote's socket too: a restart must close it, or the zygote (and its
+    // spare) would wait for calls that never come.
+    FenceLauncher::restart();
+    for (int i = 0; i < 500 && std::any_of(zygotes.begin(), zygotes.end(), running); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    text += std::any_of(zygotes.begin(), zygotes.end(), running) ? "zygote left\n" : "zygote gone\n";
+    text += shell(fence, "echo after", lab.workspace()).out;
+    ::alarm(0);
+    return text;
+  });
+  CHECK(result == "first\n1 zygote\nstraight\nstraight\nstraight\nsame launcher\nzygote gone\nafter\n");
+}
+
 TEST_CASE("the first call a new zygote serves may fail to start or be abandoned: its host hears the end at once") {
   const Lab lab;
   const std::string result = as_host(false, [&] {

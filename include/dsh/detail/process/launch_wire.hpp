@@ -400,41 +400,6 @@ struct LaunchWire {
   }
 };
 
-/// What `receive_handed` read: the byte a host (or the launcher) sent and the descriptors that
-/// came with it (-1 beyond `count`), or `got` 0 at end of file and -1 on an error.
-struct HandedCall {
-  ::ssize_t got = 0;
-  char byte = 0;
-  std::array<int, 4> fds{-1, -1, -1, -1};
-  std::size_t count = 0;
-};
-
-/// Reads one byte and the descriptors sent with it (SCM_RIGHTS, close-on-exec) from `socket`,
-/// retrying on EINTR. Async-signal-safe.
-[[nodiscard]] inline HandedCall receive_handed(int socket) noexcept {
-  HandedCall handed;
-  iovec part{&handed.byte, 1};
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 4)> space{};
-  msghdr message{};
-  message.msg_iov = &part;
-  message.msg_iovlen = 1;
-  message.msg_control = space.data();
-  message.msg_controllen = space.size();
-  handed.got = retry_on_eintr([&]() noexcept { return ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC); });
-  if (handed.got <= 0) {
-    return handed;
-  }
-  for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr; attached = CMSG_NXTHDR(&message, attached)) {
-    if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
-      const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
-      for (std::size_t i = 0; i < bytes / sizeof(int) && handed.count < handed.fds.size(); ++i) {
-        std::memcpy(&handed.fds[handed.count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
-      }
-    }
-  }
-  return handed;
-}
-
 /// Closes each descriptor of `fds` that is not -1: in a process just forked from the launcher
 /// or a zygote, the sockets of its parent it must not keep. Async-signal-safe.
 inline void close_parent_sockets(const std::array<int, 3>& fds) noexcept {
@@ -727,6 +692,11 @@ template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
         for (int attempt = 0; attempt < 2 && !served && !zygote.unavailable; ++attempt) {
           if (zygote.socket < 0) {
             start_filtered_zygote<Command>(zygote, refusing, {3, other.socket, handed.fds[0]});
+            if (zygote.socket >= 0) {
+              // The host then sends this variant's calls to the zygote straight
+              // (LauncherClient::send_call); a host that is gone hears nothing.
+              static_cast<void>(send_descriptor(3, zygote.socket, static_cast<LaunchVariant>(handed.byte)));
+            }
           }
           if (zygote.socket < 0) {
             break;

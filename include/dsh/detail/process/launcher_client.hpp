@@ -47,7 +47,7 @@ namespace dsh::detail {
 inline constexpr std::uint32_t launch_magic = 0x4c485344U;
 /// The version of the launch messages; a launcher that answers with another one is not used.
 /// Bumped with any change of the wire format (detail/launch_wire.hpp).
-inline constexpr std::uint32_t launch_protocol = 5U;
+inline constexpr std::uint32_t launch_protocol = 6U;
 /// The argument before the protocol number on the launcher's command line.
 inline constexpr const char* launch_protocol_flag = "--dsh-launch-protocol";
 
@@ -86,6 +86,42 @@ enum class LaunchVariant : char {
   std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
   const ::ssize_t sent = retry_on_eintr([&]() noexcept { return ::sendmsg(socket, &message, MSG_NOSIGNAL); });
   return sent == 1 ? 0 : errno;
+}
+
+/// What `receive_handed` read: the byte a host (or the launcher) sent and the descriptors that
+/// came with it (-1 beyond `count`), or `got` 0 at end of file and -1 on an error.
+struct HandedCall {
+  ::ssize_t got = 0;
+  char byte = 0;
+  std::array<int, 4> fds{-1, -1, -1, -1};
+  std::size_t count = 0;
+};
+
+/// Reads one byte and the descriptors sent with it (SCM_RIGHTS, close-on-exec) from `socket`,
+/// retrying on EINTR, with recvmsg(2)'s `flags` too (MSG_DONTWAIT: `got` is then -1 with EAGAIN
+/// when nothing waits). Async-signal-safe.
+[[nodiscard]] inline HandedCall receive_handed(int socket, int flags = 0) noexcept {
+  HandedCall handed;
+  iovec part{&handed.byte, 1};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 4)> space{};
+  msghdr message{};
+  message.msg_iov = &part;
+  message.msg_iovlen = 1;
+  message.msg_control = space.data();
+  message.msg_controllen = space.size();
+  handed.got = retry_on_eintr([&]() noexcept { return ::recvmsg(socket, &message, MSG_CMSG_CLOEXEC | flags); });
+  if (handed.got <= 0) {
+    return handed;
+  }
+  for (cmsghdr* attached = CMSG_FIRSTHDR(&message); attached != nullptr; attached = CMSG_NXTHDR(&message, attached)) {
+    if (attached->cmsg_level == SOL_SOCKET && attached->cmsg_type == SCM_RIGHTS) {
+      const std::size_t bytes = attached->cmsg_len - CMSG_LEN(0);
+      for (std::size_t i = 0; i < bytes / sizeof(int) && handed.count < handed.fds.size(); ++i) {
+        std::memcpy(&handed.fds[handed.count++], CMSG_DATA(attached) + i * sizeof(int), sizeof(int));
+      }
+    }
+  }
+  return handed;
 }
 
 /// Appends `name`, the whole text of the /proc file `path` (or "-" and the errno when it cannot
@@ -294,7 +330,7 @@ public:
       unconfirmed->status_part = launch_fingerprint_status(mask);
       const std::lock_guard<std::mutex> lock(mutex_);
       if (socket_ && owner_ == ::getpid() && !(kcmp_tells_ && !may_compare_with_launcher()) &&
-          send_descriptor(socket_.get(), control, variant) == 0) {
+          send_call(control, variant) == 0) {
         unconfirmed->launcher_print = fingerprint_;
         problem_.clear();
         return {};
@@ -311,6 +347,7 @@ public:
       // A forked copy of the host: the launcher is its parent's, never its child.
       socket_.reset();
       pidfd_.reset();
+      zygotes_ = {};
       pid_ = -1;
     } else if (socket_ && (print != fingerprint_ || (kcmp_tells_ && !may_compare_with_launcher()))) {
       stop(); // the thread changed, or entered a Landlock domain the launcher is not in
@@ -321,7 +358,7 @@ public:
           return problem_ = std::move(why);
         }
       }
-      const int error = send_descriptor(socket_.get(), control, variant);
+      const int error = send_call(control, variant);
       if (error == 0) {
         problem_.clear();
         return {};
@@ -569,10 +606,66 @@ private:
       static_cast<void>(retry_on_eintr(
           [&]() noexcept { return ::waitid(wait_by_pidfd, static_cast<id_t>(pidfd_.get()), &info, WEXITED); }));
     }
+    // Only now, the launcher gone: it may have sent a queued call to a zygote since. Shut down
+    // for the same reason as the launcher's socket; the calls already queued in a zygote's
+    // socket are still served, and its spare then reads end of file and the zygote exits.
+    for (UniqueFd& zygote : zygotes_) {
+      if (zygote) {
+        static_cast<void>(::shutdown(zygote.get(), SHUT_RDWR));
+      }
+      zygote.reset();
+    }
 #endif
     pidfd_.reset();
     pid_ = -1;
   }
+
+#if defined(__linux__)
+  /// Sends the call's socket `control` with `variant` to the zygote that serves `variant`
+  /// straight, when the launcher announced it (`take_announced_zygotes`), else to the launcher,
+  /// which hands it on. A zygote's socket that refuses the call is dropped (the zygote died: the
+  /// launcher starts it again at the call it then gets, and announces the new one). Returns 0,
+  /// or the errno of the send to the launcher. The caller holds the lock, with a launcher running.
+  [[nodiscard]] int send_call(int control, LaunchVariant variant) noexcept {
+    if (const int index = zygote_index(variant); index >= 0) {
+      UniqueFd& zygote = zygotes_[static_cast<std::size_t>(index)];
+      if (!zygote) {
+        take_announced_zygotes();
+      }
+      if (zygote && send_descriptor(zygote.get(), control, variant) == 0) {
+        return 0;
+      }
+      zygote.reset();
+    }
+    return send_descriptor(socket_.get(), control, variant);
+  }
+
+  /// Which of `zygotes_` serves `variant`, or -1 (the launcher forks it itself).
+  [[nodiscard]] static int zygote_index(LaunchVariant variant) noexcept {
+    return variant == LaunchVariant::refusing_sysv_ipc ? 0 : variant == LaunchVariant::own_ipc_namespace ? 1 : -1;
+  }
+
+  /// Takes the zygote sockets the launcher announced since (`run_launcher`: the variant's byte
+  /// with the launcher's end of the zygote's socket, once it started the zygote), without
+  /// waiting; a later announcement of a variant replaces the earlier. Anything else is closed.
+  void take_announced_zygotes() noexcept {
+    for (;;) {
+      const HandedCall announced = receive_handed(socket_.get(), MSG_DONTWAIT);
+      if (announced.got <= 0) {
+        return;
+      }
+      struct stat info {};
+      const int index = zygote_index(static_cast<LaunchVariant>(announced.byte));
+      if (announced.count == 1 && index >= 0 && ::fstat(announced.fds[0], &info) == 0 && S_ISSOCK(info.st_mode)) {
+        zygotes_[static_cast<std::size_t>(index)] = UniqueFd(announced.fds[0]);
+        continue;
+      }
+      for (std::size_t i = 0; i < announced.count; ++i) {
+        ::close(announced.fds[i]);
+      }
+    }
+  }
+#endif
 
   /// What names a file's content for this check: device, inode, size, change and modification times.
   struct FileIdentity {
@@ -606,6 +699,9 @@ private:
   FileIdentity pinned_; // the launcher file this process first used
   bool kcmp_tells_ = false;
   UniqueFd socket_; // the host's end; the launcher exits when it closes
+  // The launcher's ends of its zygotes' sockets, as it announced them (zygote_index), so that
+  // a call goes to its zygote without waking the launcher; empty until announced.
+  std::array<UniqueFd, 2> zygotes_;
   UniqueFd pidfd_;
   ::pid_t pid_ = -1;
   ::pid_t owner_ = -1;      // the process that started it
