@@ -135,11 +135,11 @@ struct PrivateTemporary {
 
 /// Makes (or finds) `root` and the directory `name` beneath it so that only the effective user
 /// can change either, and returns the session's directory: its canonical path, as the kernel
-/// records it, and the directory open. The root is created with mode 0700 when missing (its parent must exist) and must
-/// then be the user's, without group or other write bits (mode 0700 exactly for the default
-/// root); the session's directory is created with mode 0700 and must be the user's with no bit
-/// for group or other. Neither may be a symbolic link. Throws LandlockError naming the directory
-/// and what was found otherwise.
+/// records it, and the directory open. The root is created with mode 0700 when missing (its
+/// parent must exist) and must then be the user's, without group or other write bits (mode 0700
+/// exactly for the default root); the session's directory is created with mode 0700 and must be
+/// the user's with no bit for group or other. Neither may be a symbolic link. Throws
+/// LandlockError naming the directory and what was found otherwise.
 [[nodiscard]] inline PrivateTemporary make_private_temporary(const std::filesystem::path& root, const std::string& name,
                                                              bool default_root) {
   const std::string subject = "cannot make the session's private temporary directory ";

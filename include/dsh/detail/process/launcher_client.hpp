@@ -623,19 +623,26 @@ private:
 #if defined(__linux__)
   /// Sends the call's socket `control` with `variant` to the zygote that serves `variant`
   /// straight, when the launcher announced it (`take_announced_zygotes`), else to the launcher,
-  /// which hands it on. A zygote's socket that refuses the call is dropped (the zygote died: the
-  /// launcher starts it again at the call it then gets, and announces the new one). Returns 0,
-  /// or the errno of the send to the launcher. The caller holds the lock, with a launcher running.
+  /// which hands it on. A zygote's socket whose other end is closed is dropped (the zygote died:
+  /// the launcher starts it again at the call it then gets, and announces the new one); after
+  /// another failure (descriptors in flight over the limit, say) it is kept, and this call goes
+  /// to the launcher. Returns 0, or the errno of the send to the launcher. The caller holds the
+  /// lock, with a launcher running.
   [[nodiscard]] int send_call(int control, LaunchVariant variant) noexcept {
     if (const int index = zygote_index(variant); index >= 0) {
       UniqueFd& zygote = zygotes_[static_cast<std::size_t>(index)];
       if (!zygote) {
         take_announced_zygotes();
       }
-      if (zygote && send_descriptor(zygote.get(), control, variant) == 0) {
-        return 0;
+      if (zygote) {
+        const int error = send_descriptor(zygote.get(), control, variant);
+        if (error == 0) {
+          return 0;
+        }
+        if (error == EPIPE || error == ECONNRESET || error == ENOTCONN || error == ECONNREFUSED) {
+          zygote.reset();
+        }
       }
-      zygote.reset();
     }
     return send_descriptor(socket_.get(), control, variant);
   }
