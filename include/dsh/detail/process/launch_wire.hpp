@@ -584,6 +584,7 @@ run_filtered_zygote(int socket, const std::vector<SyscallFilterInstruction>& pro
 /// be had (the kernel refused its filter, or the program could not be built).
 struct ZygoteEnd {
   int socket = -1;
+  ::pid_t pid = -1; ///< the zygote, while `socket` is not -1
   bool unavailable = false;
 };
 
@@ -621,6 +622,7 @@ void start_filtered_zygote(ZygoteEnd& zygote, bool refuse_sysv_ipc, std::array<i
     return;
   }
   zygote.socket = ends[0];
+  zygote.pid = pid;
 }
 
 /// The launcher's program (tools/dsh_fence_launcher.cpp calls it from main): checks that it
@@ -694,8 +696,14 @@ template <class Command> [[nodiscard]] int run_launcher(int argc, char** argv) {
             start_filtered_zygote<Command>(zygote, refusing, {3, other.socket, handed.fds[0]});
             if (zygote.socket >= 0) {
               // The host then sends this variant's calls to the zygote straight
-              // (LauncherClient::send_call); a host that is gone hears nothing.
-              static_cast<void>(send_descriptor(3, zygote.socket, static_cast<LaunchVariant>(handed.byte)));
+              // (LauncherClient::send_call), with a pidfd by which it sees the zygote gone; a
+              // host that is gone hears nothing. (The zygote is alive: it said it was ready, and
+              // this process reaps nothing before pidfd_open.)
+              const UniqueFd alive(static_cast<int>(::syscall(SYS_pidfd_open, zygote.pid, 0U)));
+              if (alive) {
+                static_cast<void>(
+                    send_descriptors(3, {zygote.socket, alive.get()}, static_cast<LaunchVariant>(handed.byte)));
+              }
             }
           }
           if (zygote.socket < 0) {

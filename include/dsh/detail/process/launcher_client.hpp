@@ -68,24 +68,30 @@ enum class LaunchVariant : char {
 };
 
 #if defined(__linux__)
-/// Sends the byte `variant` with the descriptor `fd` attached (SCM_RIGHTS) on the socket
+/// Sends the byte `variant` with the descriptors `fds` attached (SCM_RIGHTS) on the socket
 /// `socket`, without SIGPIPE. Returns 0, or the errno of sendmsg(2).
-[[nodiscard]] inline int send_descriptor(int socket, int fd, LaunchVariant variant = LaunchVariant::plain) noexcept {
+[[nodiscard]] inline int send_descriptors(int socket, std::array<int, 2> fds, LaunchVariant variant,
+                                          std::size_t count = 2) noexcept {
   char byte = static_cast<char>(variant);
   iovec part{&byte, 1};
-  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int))> control{};
+  alignas(cmsghdr) std::array<char, CMSG_SPACE(sizeof(int) * 2)> control{};
   msghdr message{};
   message.msg_iov = &part;
   message.msg_iovlen = 1;
   message.msg_control = control.data();
-  message.msg_controllen = control.size();
+  message.msg_controllen = CMSG_SPACE(sizeof(int) * count);
   cmsghdr* header = CMSG_FIRSTHDR(&message);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
-  header->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(header), &fd, sizeof fd);
+  header->cmsg_len = CMSG_LEN(sizeof(int) * count);
+  std::memcpy(CMSG_DATA(header), fds.data(), sizeof(int) * count);
   const ::ssize_t sent = retry_on_eintr([&]() noexcept { return ::sendmsg(socket, &message, MSG_NOSIGNAL); });
   return sent == 1 ? 0 : errno;
+}
+
+/// `send_descriptors` of the one descriptor `fd`.
+[[nodiscard]] inline int send_descriptor(int socket, int fd, LaunchVariant variant = LaunchVariant::plain) noexcept {
+  return send_descriptors(socket, {fd, -1}, variant, 1);
 }
 
 /// What `receive_handed` read: the byte a host (or the launcher) sent and the descriptors that
@@ -348,6 +354,7 @@ public:
       socket_.reset();
       pidfd_.reset();
       zygotes_ = {};
+      zygote_alive_ = {};
       pid_ = -1;
     } else if (socket_ && (print != fingerprint_ || (kcmp_tells_ && !may_compare_with_launcher()))) {
       stop(); // the thread changed, or entered a Landlock domain the launcher is not in
@@ -615,6 +622,7 @@ private:
       }
       zygote.reset();
     }
+    zygote_alive_ = {};
 #endif
     pidfd_.reset();
     pid_ = -1;
@@ -633,6 +641,12 @@ private:
       UniqueFd& zygote = zygotes_[static_cast<std::size_t>(index)];
       if (!zygote) {
         take_announced_zygotes();
+      }
+      // A zygote that exited is dropped before the send: its spare, killed with it, may still
+      // hold the socket for a moment, and would take the call with it.
+      pollfd exited{zygote_alive_[static_cast<std::size_t>(index)].get(), POLLIN, 0};
+      if (zygote && (::poll(&exited, 1, 0) != 0 || exited.revents != 0)) {
+        zygote.reset();
       }
       if (zygote) {
         const int error = send_descriptor(zygote.get(), control, variant);
@@ -653,8 +667,9 @@ private:
   }
 
   /// Takes the zygote sockets the launcher announced since (`run_launcher`: the variant's byte
-  /// with the launcher's end of the zygote's socket, once it started the zygote), without
-  /// waiting; a later announcement of a variant replaces the earlier. Anything else is closed.
+  /// with the launcher's end of the zygote's socket and a pidfd of the zygote, once it started
+  /// it), without waiting; a later announcement of a variant replaces the earlier. Anything else
+  /// is closed.
   void take_announced_zygotes() noexcept {
     for (;;) {
       const HandedCall announced = receive_handed(socket_.get(), MSG_DONTWAIT);
@@ -663,8 +678,9 @@ private:
       }
       struct stat info {};
       const int index = zygote_index(static_cast<LaunchVariant>(announced.byte));
-      if (announced.count == 1 && index >= 0 && ::fstat(announced.fds[0], &info) == 0 && S_ISSOCK(info.st_mode)) {
+      if (announced.count == 2 && index >= 0 && ::fstat(announced.fds[0], &info) == 0 && S_ISSOCK(info.st_mode)) {
         zygotes_[static_cast<std::size_t>(index)] = UniqueFd(announced.fds[0]);
+        zygote_alive_[static_cast<std::size_t>(index)] = UniqueFd(announced.fds[1]);
         continue;
       }
       for (std::size_t i = 0; i < announced.count; ++i) {
@@ -709,6 +725,7 @@ private:
   // The launcher's ends of its zygotes' sockets, as it announced them (zygote_index), so that
   // a call goes to its zygote without waking the launcher; empty until announced.
   std::array<UniqueFd, 2> zygotes_;
+  std::array<UniqueFd, 2> zygote_alive_; // a pidfd of each announced zygote: readable once it exited
   UniqueFd pidfd_;
   ::pid_t pid_ = -1;
   ::pid_t owner_ = -1;      // the process that started it
