@@ -644,12 +644,12 @@ private:
     bool command_ended = false;
     bool none_left = false; // waitpid answered ECHILD: no child, so no descendant either
     int ending = detail::command_exited;
-    // Reaps what is ready, at most `reap_batch` children; returns true when more may be ready.
+    // Reaps what is ready, at most `limit` children; returns true when more may be ready.
     // Bounded, so that a command whose descendants leave zombies faster than they are reaped
     // (chains of fork and exit, each step adopted here) cannot keep the deadline and the
     // host's hang-up from being looked at.
-    const auto reap_ready = [&]() noexcept {
-      for (int reaped = 0; reaped < detail::reap_batch; ++reaped) {
+    const auto reap_ready = [&](int limit) noexcept {
+      for (int reaped = 0; reaped < limit; ++reaped) {
         int raw = 0;
         const ::pid_t done = ::waitpid(-1, &raw, WNOHANG | __WALL);
         if (done <= 0) {
@@ -664,7 +664,7 @@ private:
       return true;
     };
     for (;;) {
-      const bool more = reap_ready();
+      const bool more = reap_ready(detail::reap_batch);
       if (command_ended) {
         break;
       }
@@ -700,12 +700,12 @@ private:
     // Kill what is left, reap what is dead, wait for one more, then look again: whoever a
     // killed process orphans is reparented here before its parent can be reaped, so the next
     // look finds it. For the same reason, ECHILD after the command was reaped means nothing of
-    // the call is left. A batch of the zombies ready is reaped at each look, and the list stays
-    // short: with one reaped per look, the zombies of a flood made the list as long as the
-    // flood, read once per zombie (seconds after a time limit).
+    // the call is left. As many as the look listed (and a batch more) are reaped at each look,
+    // so that the looks stay few: with one reaped per look, the zombies of a flood made the list
+    // as long as the flood, read once per zombie (seconds after a time limit).
     while (!none_left) {
-      detail::kill_listed_children(children);
-      static_cast<void>(reap_ready());
+      const int listed = detail::kill_listed_children(children);
+      static_cast<void>(reap_ready(listed + detail::reap_batch));
       if (none_left) {
         break;
       }

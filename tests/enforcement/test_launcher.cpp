@@ -875,6 +875,60 @@ TEST_CASE("once the launcher announced a zygote, the host's calls go to it strai
   CHECK(result == "first\n1 zygote\nstraight\nstraight\nstraight\nsame launcher\nzygote gone\nafter\n");
 }
 
+/// True once none of `pids` runs, looked at every 10 ms for at most `milliseconds`.
+bool all_gone_within(const std::vector<::pid_t>& pids, int milliseconds) {
+  for (int waited = 0; waited < milliseconds && std::any_of(pids.begin(), pids.end(), running); waited += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::none_of(pids.begin(), pids.end(), running);
+}
+
+// An attacker helper's two leaks: a zygote announced but not yet taken when the launcher was
+// stopped stayed queued in the host's socket, which a forked copy of the host kept open, and
+// so did the zygote; and a launcher killed from outside left its zygote serving the host.
+TEST_CASE("a restart ends a zygote whose announcement is still queued, whatever copy of the host lives; a killed "
+          "launcher's zygotes are not used and end") {
+  const Lab lab;
+  over_launcher_hosts(lab, [&](bool unprivileged) {
+    CAPTURE(unprivileged);
+    const std::string result = as_host(unprivileged, [&] {
+      ::alarm(30);
+      dsh::FenceOptions options;
+      options.isolation = dsh::Isolation::off;
+      const PreparedFence fence = PreparedFence::prepare(lab.policy(SandboxMode::read_only), options);
+      std::string text = shell(fence, "echo first", lab.workspace()).out; // announced, not yet taken
+      std::vector<::pid_t> zygotes = children_of(FenceLauncher::pid());
+      const ::pid_t copy = ::fork(); // holds the host's sockets, as a fork without exec does
+      if (copy == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+      FenceLauncher::restart();
+      text += std::to_string(zygotes.size()) + " zygote, " +
+              (all_gone_within(zygotes, 3000) ? "gone after the restart\n" : "left after the restart\n");
+      text += shell(fence, "echo second", lab.workspace()).out;
+      text += shell(fence, "echo third", lab.workspace()).out; // the new zygote, taken and used
+      const ::pid_t launcher = FenceLauncher::pid();
+      const unsigned starts = FenceLauncher::starts();
+      zygotes = children_of(launcher);
+      ::kill(launcher, SIGKILL);
+      while (running(launcher)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      text += shell(fence, "echo fourth", lab.workspace()).out;
+      text += FenceLauncher::starts() == starts + 1 ? "a new launcher\n" : "no new launcher\n";
+      text += std::to_string(zygotes.size()) + " zygote, " +
+              (all_gone_within(zygotes, 3000) ? "gone with its launcher\n" : "left without its launcher\n");
+      ::kill(copy, SIGKILL);
+      ::waitpid(copy, nullptr, 0);
+      ::alarm(0);
+      return text;
+    });
+    CHECK(result == "first\n1 zygote, gone after the restart\nsecond\nthird\nfourth\na new launcher\n1 zygote, "
+                    "gone with its launcher\n");
+  });
+}
+
 TEST_CASE("the first call a new zygote serves may fail to start or be abandoned: its host hears the end at once") {
   const Lab lab;
   const std::string result = as_host(false, [&] {

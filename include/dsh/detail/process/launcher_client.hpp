@@ -590,8 +590,12 @@ private:
     if (socket_) {
       static_cast<void>(::shutdown(socket_.get(), SHUT_RDWR));
     }
-#endif
+    // Kept open until the launcher has exited: a zygote it announced meanwhile, still queued
+    // here, is then taken and shut down below like the others (a forked copy of the host shares
+    // this queue, and would keep that zygote waiting).
+#else
     socket_.reset();
+#endif
 #if defined(__linux__)
     if (pidfd_) {
       // One deadline however many signals interrupt the wait.
@@ -616,13 +620,13 @@ private:
     // Only now, the launcher gone: it may have sent a queued call to a zygote since. Shut down
     // for the same reason as the launcher's socket; the calls already queued in a zygote's
     // socket are still served, and its spare then reads end of file and the zygote exits.
-    for (UniqueFd& zygote : zygotes_) {
-      if (zygote) {
-        static_cast<void>(::shutdown(zygote.get(), SHUT_RDWR));
-      }
-      zygote.reset();
+    if (socket_) {
+      take_announced_zygotes();
     }
-    zygote_alive_ = {};
+    socket_.reset();
+    for (std::size_t index = 0; index < zygotes_.size(); ++index) {
+      drop_zygote(index);
+    }
 #endif
     pidfd_.reset();
     pid_ = -1;
@@ -643,10 +647,17 @@ private:
         take_announced_zygotes();
       }
       // A zygote that exited is dropped before the send: its spare, killed with it, may still
-      // hold the socket for a moment, and would take the call with it.
-      pollfd exited{zygote_alive_[static_cast<std::size_t>(index)].get(), POLLIN, 0};
-      if (zygote && (::poll(&exited, 1, 0) != 0 || exited.revents != 0)) {
-        zygote.reset();
+      // hold the socket for a moment, and would take the call with it. So is every zygote of a
+      // launcher that exited (killed): the call then goes to the launcher's socket, whose
+      // refusal starts a new launcher, and the old zygotes end with the old launcher.
+      std::array<pollfd, 2> exited{
+          {{zygote_alive_[static_cast<std::size_t>(index)].get(), POLLIN, 0}, {pidfd_.get(), POLLIN, 0}}};
+      if (zygote && ::poll(exited.data(), exited.size(), 0) != 0) {
+        for (std::size_t each = 0; each < zygotes_.size(); ++each) {
+          if (exited[1].revents != 0 || each == static_cast<std::size_t>(index)) {
+            drop_zygote(each);
+          }
+        }
       }
       if (zygote) {
         const int error = send_descriptor(zygote.get(), control, variant);
@@ -654,11 +665,22 @@ private:
           return 0;
         }
         if (error == EPIPE || error == ECONNRESET || error == ENOTCONN || error == ECONNREFUSED) {
-          zygote.reset();
+          drop_zygote(static_cast<std::size_t>(index));
         }
       }
     }
     return send_descriptor(socket_.get(), control, variant);
+  }
+
+  /// Shuts down and closes the host's end of zygote `index`, if any, and its pidfd: shut down,
+  /// not only closed, because a copy of the host forked without exec holds it too, and the
+  /// zygote ends only once its socket reads end of file.
+  void drop_zygote(std::size_t index) noexcept {
+    if (zygotes_[index]) {
+      static_cast<void>(::shutdown(zygotes_[index].get(), SHUT_RDWR));
+    }
+    zygotes_[index].reset();
+    zygote_alive_[index].reset();
   }
 
   /// Which of `zygotes_` serves `variant`, or -1 (the launcher forks it itself).
@@ -679,6 +701,7 @@ private:
       struct stat info {};
       const int index = zygote_index(static_cast<LaunchVariant>(announced.byte));
       if (announced.count == 2 && index >= 0 && ::fstat(announced.fds[0], &info) == 0 && S_ISSOCK(info.st_mode)) {
+        drop_zygote(static_cast<std::size_t>(index)); // the one this replaces, started before
         zygotes_[static_cast<std::size_t>(index)] = UniqueFd(announced.fds[0]);
         zygote_alive_[static_cast<std::size_t>(index)] = UniqueFd(announced.fds[1]);
         continue;

@@ -129,10 +129,11 @@ struct Supervision {
 }
 
 /// Sends SIGKILL to every child the calling process has now, as /proc/thread-self/children
-/// (`list`, read from its start) names them. Async-signal-safe.
-inline void kill_listed_children(int list) noexcept {
+/// (`list`, read from its start) names them; returns how many it named. Async-signal-safe.
+inline int kill_listed_children(int list) noexcept {
+  int listed = 0;
   if (::lseek(list, 0, SEEK_SET) != 0) {
-    return;
+    return listed;
   }
   std::array<char, 512> buffer{};
   long pid = 0;
@@ -149,6 +150,7 @@ inline void kill_listed_children(int list) noexcept {
         in_number = true;
       } else if (in_number) {
         ::kill(static_cast<::pid_t>(pid), SIGKILL);
+        ++listed;
         pid = 0;
         in_number = false;
       }
@@ -156,7 +158,9 @@ inline void kill_listed_children(int list) noexcept {
   }
   if (in_number) {
     ::kill(static_cast<::pid_t>(pid), SIGKILL);
+    ++listed;
   }
+  return listed;
 }
 
 /// The calling process's monotonic clock in milliseconds; async-signal-safe.
