@@ -300,7 +300,8 @@ public:
     stop();
   }
 
-  /// Hands the supervisor's end of a call, `control`, to the launcher, starting it first when
+  /// Hands the supervisor's end of a call, `control`, to the launcher (or straight to the zygote
+  /// it announced for `variant`: `send_call`), starting it first when
   /// none runs, when it runs for another process (this one was forked), or when the calling
   /// thread's `launch_fingerprint` differs from the one it was started with (it is then
   /// stopped and started again from this thread). A launcher that cannot be reached is started
@@ -573,10 +574,12 @@ private:
   }
 #endif
 
-  /// Shuts the socket down and closes it, so that the launcher serves the calls already
-  /// handed to it and then reads end of file and exits; waits for that through its pidfd (so no other child of the
+  /// Shuts the socket down, so that the launcher serves the calls already handed to it and then
+  /// reads end of file and exits; waits for that through its pidfd (so no other child of the
   /// host is reaped), and ends it with SIGKILL if it has not exited within
-  /// `launcher_drain_ms`. Calls it already started are separate processes and go on.
+  /// `launcher_drain_ms`; then takes the zygotes it announced meanwhile, closes the socket and
+  /// shuts every zygote's socket down (`drop_zygote`). Calls it already started are separate
+  /// processes and go on.
   ///
   /// Not killed at once: a call another thread handed over a moment ago may still wait in the
   /// socket, and its host would get "the call ended before its command started". Serving it is
