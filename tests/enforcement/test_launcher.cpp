@@ -840,6 +840,14 @@ TEST_CASE("a zygote that dies takes its spare with it and is started again at th
   CHECK(result == "as expected");
 }
 
+/// True once none of `pids` runs, looked at every 10 ms for at most `milliseconds`.
+bool all_gone_within(const std::vector<::pid_t>& pids, int milliseconds) {
+  for (int waited = 0; waited < milliseconds && std::any_of(pids.begin(), pids.end(), running); waited += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return std::none_of(pids.begin(), pids.end(), running);
+}
+
 TEST_CASE("once the launcher announced a zygote, the host's calls go to it straight; a restart ends that zygote "
           "too") {
   const Lab lab;
@@ -864,23 +872,12 @@ TEST_CASE("once the launcher announced a zygote, the host's calls go to it strai
     // The host held the zygote's socket too: a restart must close it, or the zygote (and its
     // spare) would wait for calls that never come.
     FenceLauncher::restart();
-    for (int i = 0; i < 500 && std::any_of(zygotes.begin(), zygotes.end(), running); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    text += std::any_of(zygotes.begin(), zygotes.end(), running) ? "zygote left\n" : "zygote gone\n";
+    text += all_gone_within(zygotes, 5000) ? "zygote gone\n" : "zygote left\n";
     text += shell(fence, "echo after", lab.workspace()).out;
     ::alarm(0);
     return text;
   });
   CHECK(result == "first\n1 zygote\nstraight\nstraight\nstraight\nsame launcher\nzygote gone\nafter\n");
-}
-
-/// True once none of `pids` runs, looked at every 10 ms for at most `milliseconds`.
-bool all_gone_within(const std::vector<::pid_t>& pids, int milliseconds) {
-  for (int waited = 0; waited < milliseconds && std::any_of(pids.begin(), pids.end(), running); waited += 10) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return std::none_of(pids.begin(), pids.end(), running);
 }
 
 // An attacker helper's two leaks: a zygote announced but not yet taken when the launcher was
