@@ -418,6 +418,9 @@ struct FenceOptions {
   /// `FenceReport::layers` says exactly what is), `required` (prepare throws LandlockError when
   /// a row cannot be had) or `off` (the base fence only).
   Isolation isolation = Isolation::best_effort;
+
+  /// Every option equal (a prepared fence is reused only for equal options).
+  bool operator==(const FenceOptions&) const = default;
 };
 
 /// The outcome of `PreparedFence::apply`: `error` is 0 on success, otherwise the errno of

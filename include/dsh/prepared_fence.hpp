@@ -13,8 +13,10 @@
 #include <dsh/detail/fence/namespace_layer.hpp>
 #include <dsh/detail/fence/private_temporary.hpp>
 #include <dsh/detail/fence/read_fence.hpp>
+#include <dsh/detail/fence/readings.hpp>
 #include <dsh/detail/fence/syscall_filter.hpp>
 #include <dsh/detail/fence/temporary_areas.hpp>
+#include <dsh/detail/observations.hpp>
 #include <dsh/detail/path_trust.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/detail/process/child_steps.hpp>
@@ -25,6 +27,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -38,6 +41,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,8 +66,63 @@
 namespace dsh {
 
 class FencedCommand;
+class PreparedFence;
 namespace detail {
 struct LaunchWire;
+
+/// What a fence's preparation depends on besides what it reads on its way (`Observations`):
+/// the policy, the options, the host's environment variables it reads, the calling thread's
+/// effective ids, CAP_SYS_ADMIN and system-call filter, and the kernel's Landlock ABI. Two
+/// preparations with equal inputs and equal readings build the same fence.
+struct FenceInputs {
+  ResolvedPolicy policy;
+  FenceOptions options;
+  std::array<std::optional<std::string>, 5> environment{}; ///< as `HostEnvironment`, in its order
+  ::uid_t euid = 0;
+  ::gid_t egid = 0;
+  bool sys_admin = false; ///< `holds_sys_admin()`
+  int filter_probe = 0;   ///< `probe_syscall_filter()`
+  LandlockProbe probe{};
+  bool operator==(const FenceInputs&) const = default;
+
+  /// The inputs of a preparation of `policy` with `options` by the calling thread now.
+  /// Throws only std::bad_alloc.
+  [[nodiscard]] static FenceInputs now(const ResolvedPolicy& policy, const FenceOptions& options,
+                                       const HostEnvironment& host, LandlockProbe probe) {
+    FenceInputs inputs{policy, options};
+    const std::array<const char*, 5> variables{host.tmpdir, host.xdg_runtime_dir, host.ld_library_path, host.ld_preload,
+                                               host.ld_audit};
+    for (std::size_t i = 0; i < variables.size(); ++i) {
+      if (variables[i] != nullptr) {
+        inputs.environment[i] = variables[i];
+      }
+    }
+    inputs.euid = ::geteuid();
+    inputs.egid = ::getegid();
+    inputs.sys_admin = holds_sys_admin();
+    inputs.filter_probe = probe_syscall_filter();
+    inputs.probe = probe;
+    return inputs;
+  }
+};
+
+/// True when a fence for `policy` with `options` may be checked again rather than built again
+/// (docs/enforcement.md#a-fence-checked-again): read-only or workspace-write, without the
+/// namespace layer, a terminal, the shared temporary areas or extra writable directories, and
+/// (workspace-write) with a session that names its private temporary directory.
+[[nodiscard]] inline bool checkable(const ResolvedPolicy& policy, const FenceOptions& options) noexcept {
+  return policy.mode != SandboxMode::danger_full_access && options.isolation == Isolation::off &&
+         options.terminal.empty() && !options.shared_temporary_areas && options.extra_writable.empty() &&
+         (policy.mode == SandboxMode::read_only || !options.session_id.empty() || !options.session_log.empty());
+}
+
+/// A fence prepared earlier with `inputs` whose readings all read the same again now, as a new
+/// fence (`PreparedFence::prepare` returns it); nullopt when there is none. Defined after
+/// PreparedFence.
+[[nodiscard]] std::optional<PreparedFence> checked_again(const FenceInputs& inputs);
+/// Keeps `fence`, prepared with `inputs` after `readings`, for `checked_again`. Defined after
+/// PreparedFence.
+void keep_checked(FenceInputs inputs, std::vector<Observation> readings, const PreparedFence& fence);
 } // namespace detail
 
 /// A Landlock ruleset built from a resolved policy, ready to be entered by a child process.
@@ -109,17 +168,40 @@ public:
   /// when the layer does not apply and a devpts or devtmpfs mount lies outside /dev (the read
   /// fence could not keep its devices out of reach),
   /// or, with the layer, when the protected paths cannot be known or a placeholder cannot be made.
+  ///
+  /// A fence whose inputs equal an earlier one's (`detail::checkable` configurations) is checked
+  /// again rather than built again: every reading the earlier preparation made is made again,
+  /// and when each gives what it gave, that fence's ruleset is reused with the read fence made
+  /// as for a new one (docs/enforcement.md#a-fence-checked-again).
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
-    PreparedFence fence = detail::prepare_fence(policy, options, detail::probe_landlock(), environment, true);
+    const detail::LandlockProbe probe = detail::probe_landlock();
+    std::optional<detail::FenceInputs> inputs;
+    if (detail::checkable(policy, options)) {
+      inputs = detail::FenceInputs::now(policy, options, environment, probe);
+      if (std::optional<PreparedFence> again = detail::checked_again(*inputs)) {
+        return std::move(*again);
+      }
+    }
+    detail::Observations readings;
+    PreparedFence fence = [&] {
+      const detail::ObservationScope recording(inputs ? &readings : nullptr);
+      return detail::prepare_fence(policy, options, probe, environment, true);
+    }();
     // The layer alone binds the protected entries (a fence without it refuses nothing more for
     // them, docs/enforcement.md#what-each-family-does), so a call that cannot have it scans nothing.
     const bool layered = options.isolation != Isolation::off && policy.mode != SandboxMode::danger_full_access;
     fence.add_namespace_layer(policy, options, environment,
                               layered ? detail::protected_entries(policy.workspace_root, policy.protected_paths)
                                       : detail::ProtectedScan{});
-    fence.fence_reads();
     fence.policy_ = policy;
+    if (inputs && fence.report_.status == FenceStatus::enforced && !fence.namespaces_.active &&
+        !fence.temporary_.owns() && fence.mount_table_) {
+      if (std::optional<std::vector<detail::Observation>> distinct = detail::distinct_readings(readings)) {
+        detail::keep_checked(std::move(*inputs), std::move(*distinct), fence);
+      }
+    }
+    fence.fence_reads();
     return fence;
   }
 
@@ -236,6 +318,27 @@ private:
 
   friend class FencedCommand;
   friend struct detail::LaunchWire;
+  friend std::optional<PreparedFence> detail::checked_again(const detail::FenceInputs&);
+  friend void detail::keep_checked(detail::FenceInputs, std::vector<detail::Observation>, const PreparedFence&);
+
+  /// A copy of this fence as `prepare` leaves it before the read fence (`fence_reads`), on a
+  /// duplicate of its ruleset descriptor; only for a fence without the namespace layer and
+  /// without a directory of its own. Throws SystemError when the descriptor cannot be duplicated.
+  [[nodiscard]] PreparedFence copy_unread() const {
+    UniqueFd ruleset;
+    if (ruleset_) {
+      ruleset.reset(::fcntl(ruleset_.get(), F_DUPFD_CLOEXEC, 0));
+      if (!ruleset) {
+        throw SystemError(errno, "PreparedFence: cannot duplicate the Landlock ruleset of a fence checked again");
+      }
+    }
+    PreparedFence copy{report_, std::move(ruleset), detail::OwnedDirectory{}, filter_, refusing_filter_};
+    copy.policy_ = policy_;
+    copy.tmpdir_assignment_ = tmpdir_assignment_;
+    copy.terminal_devices_ = terminal_devices_;
+    copy.mount_table_ = mount_table_;
+    return copy;
+  }
 
   /// Adds the namespace layer to the prepared base fence (`detail::plan_namespace_layer`):
   /// its rows in the report, the plan the children apply, the filter for a command in its own
@@ -451,6 +554,82 @@ private:
 // The builder: it constructs the class above.
 namespace dsh::detail {
 
+/// The fences `PreparedFence::prepare` may check again: per process, at most
+/// `max_checked_fences`, the oldest dropped first, each with the readings it was built after.
+/// Thread-safe; never destroyed (a fence prepared while the process exits still finds it).
+struct CheckedFences {
+  struct Entry {
+    FenceInputs inputs;
+    std::shared_ptr<const std::vector<Observation>> readings;
+    std::shared_ptr<const PreparedFence> fence; ///< as `prepare` leaves it before the read fence
+  };
+  std::mutex lock;
+  std::vector<Entry> entries;
+  std::atomic<std::uint64_t> reused{0}; ///< how many fences were checked again and reused
+
+  /// The process's one.
+  [[nodiscard]] static CheckedFences& instance() {
+    static auto* const fences = new CheckedFences;
+    return *fences;
+  }
+};
+
+/// How many fences a process keeps to check again: one per session and configuration of a busy host.
+inline constexpr std::size_t max_checked_fences = 16;
+
+inline std::optional<PreparedFence> checked_again(const FenceInputs& inputs) {
+  CheckedFences& fences = CheckedFences::instance();
+  std::shared_ptr<const std::vector<Observation>> readings;
+  std::shared_ptr<const PreparedFence> fence;
+  {
+    const std::lock_guard held(fences.lock);
+    for (const CheckedFences::Entry& entry : fences.entries) {
+      if (entry.inputs == inputs) {
+        readings = entry.readings;
+        fence = entry.fence;
+        break;
+      }
+    }
+  }
+  if (!fence) {
+    return std::nullopt;
+  }
+  try {
+    // The mount table as the fence judged it (read anew, its parse shared while the text is equal).
+    if (current_mount_table() != fence->mount_table_) {
+      return std::nullopt;
+    }
+    for (const Observation& reading : *readings) {
+      if (!reads_the_same(reading)) {
+        return std::nullopt;
+      }
+    }
+  } catch (const Error&) {
+    return std::nullopt; // what cannot be read again is built again, and fails there if it must
+  }
+  PreparedFence again = fence->copy_unread();
+  again.fence_reads();
+  fences.reused.fetch_add(1, std::memory_order_relaxed);
+  return again;
+}
+
+inline void keep_checked(FenceInputs inputs, std::vector<Observation> readings, const PreparedFence& fence) {
+  CheckedFences::Entry entry{std::move(inputs), std::make_shared<const std::vector<Observation>>(std::move(readings)),
+                             std::make_shared<const PreparedFence>(fence.copy_unread())};
+  CheckedFences& fences = CheckedFences::instance();
+  const std::lock_guard held(fences.lock);
+  for (CheckedFences::Entry& kept : fences.entries) {
+    if (kept.inputs == entry.inputs) {
+      kept = std::move(entry);
+      return;
+    }
+  }
+  if (fences.entries.size() >= max_checked_fences) {
+    fences.entries.erase(fences.entries.begin());
+  }
+  fences.entries.push_back(std::move(entry));
+}
+
 /// Why `terminal` is not the child side of a pseudo-terminal (a character device of the
 /// UNIX 98 pty slave majors 136-143), or "".
 [[nodiscard]] inline std::string not_a_pseudo_terminal(const std::filesystem::path& terminal) {
@@ -553,21 +732,17 @@ namespace dsh::detail {
   // the expected kind, or (a directory) is no longer the canonical path that was checked,
   // why (optional grants are then skipped, never widened).
   const auto grant = [&](const std::filesystem::path& path, bool directory, std::uint64_t rights) -> std::string {
-    const UniqueFd anchor{open_rule_anchor(path, directory)};
-    struct stat info {};
-    if (!anchor || ::fstat(anchor.get(), &info) != 0) {
-      const int error = errno;
-      return std::strerror(error);
+    const AnchorReading anchor = read_rule_anchor(path, directory);
+    if (anchor.error != 0) {
+      return std::strerror(anchor.error);
     }
-    if (!directory && !S_ISCHR(info.st_mode)) {
+    if (!directory && !S_ISCHR(anchor.info.st_mode)) {
       return "not a character device";
     }
-    if (directory) {
-      if (const std::optional<std::string> opened = recorded_path(anchor.get()); opened != path.native()) {
-        return "it was replaced while the fence was prepared";
-      }
+    if (directory && anchor.recorded != path.native()) {
+      return "it was replaced while the fence was prepared";
     }
-    grant_anchor(path, anchor.get(), rights);
+    grant_anchor(path, anchor.anchor.get(), rights);
     return {};
   };
 

@@ -4,6 +4,7 @@
 /// whether one canonical path lies within another.
 #pragma once
 
+#include <dsh/detail/observations.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/errors.hpp>
 
@@ -38,7 +39,11 @@ namespace dsh::detail {
   if (buffer[0] != '/') { // a C library that reports an unreachable directory by name
     throw SystemError(ENOENT, "dsh: the process working directory is not an absolute path");
   }
-  return std::string(buffer.data());
+  std::string directory(buffer.data());
+  if (observing != nullptr) {
+    note_text(Observation::Kind::cwd, "", 0, directory);
+  }
+  return directory;
 }
 
 /// Returns `path` made absolute against the process working directory (POSIX: absolute
@@ -110,17 +115,25 @@ namespace dsh::detail {
 }
 
 /// Returns the target of the symbolic link `path`, or nullopt when `path` is not one.
+/// Recorded (`observed_lstat`, then the link's target) when the calling thread has a recorder.
 [[nodiscard]] inline std::optional<std::filesystem::path> dangling_link_target(const std::filesystem::path& path) {
   struct stat status {};
-  if (::lstat(path.c_str(), &status) != 0 || !S_ISLNK(status.st_mode)) {
+  if (observed_lstat(path.c_str(), status) != 0 || !S_ISLNK(status.st_mode)) {
     return std::nullopt;
   }
   std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
   const ssize_t length = ::readlink(path.c_str(), buffer.data(), buffer.size());
   if (length <= 0 || static_cast<std::size_t>(length) >= buffer.size()) {
+    if (observing != nullptr) {
+      note_text(Observation::Kind::readlink, path.native(), length < 0 ? errno : ENAMETOOLONG, "");
+    }
     return std::nullopt;
   }
-  return std::filesystem::path(std::string(buffer.data(), static_cast<std::size_t>(length)));
+  std::string target(buffer.data(), static_cast<std::size_t>(length));
+  if (observing != nullptr) {
+    note_text(Observation::Kind::readlink, path.native(), 0, target);
+  }
+  return std::filesystem::path(std::move(target));
 }
 
 /// The slow path of `canonical_path` for an absolute path that does not exist as a whole:
@@ -161,8 +174,19 @@ namespace dsh::detail {
   }
 }
 
-/// The one canonicalizer (see `canonical_path`), on native strings.
+/// The one canonicalizer (see `canonical_path`), on native strings. Recorded as one reading
+/// (`path` and its result) when the calling thread has a recorder: what it reads on the way is
+/// read again whenever it runs again.
 [[nodiscard]] inline std::string canonical_native(const std::string& path) {
+  if (observing != nullptr) {
+    std::string canonical;
+    {
+      const ObservationScope paused(nullptr);
+      canonical = canonical_native(path);
+    }
+    note_text(Observation::Kind::canonical, path, 0, canonical);
+    return canonical;
+  }
   if (!path.starts_with('/')) {
     return canonical_native(absolute_native(path));
   }

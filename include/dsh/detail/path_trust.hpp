@@ -5,6 +5,7 @@
 #pragma once
 
 #include <dsh/detail/canonical.hpp>
+#include <dsh/detail/observations.hpp>
 #include <dsh/detail/posix.hpp>
 #include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -58,6 +59,7 @@ template <class Lookup, class Entry> int lookup_entry(std::vector<char>& buffer,
 /// false. The password database is enumerated under a lock of this library's own: another
 /// enumeration in the process at the same moment is not guarded against.
 [[nodiscard]] inline bool group_holds_only_effective_user(::gid_t gid) {
+  note_unrepeatable(); // the databases are not read again when a fence is checked again
   if (gid != ::getegid()) {
     return false;
   }
@@ -211,6 +213,7 @@ inline void push_front_components(std::deque<std::string>& pending, const std::f
       continue; // resolved without reading the directory
     }
     if (component == "..") {
+      note_unrepeatable(); // `name` below is lexical: a ".." is walked afresh every time
       // The kernel's ".." of the directory reached, which the walk checked on its way down.
       UniqueFd parent(retry_on_eintr([&] { return ::openat(current.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC); }));
       if (!parent) {
@@ -225,12 +228,16 @@ inline void push_front_components(std::deque<std::string>& pending, const std::f
     if (::fstat(current.get(), &directory) != 0) {
       return unexaminable(name, errno);
     }
+    // Recorded as a reading of `name`: the walk reached it by name, following no link.
+    note_status(Observation::Kind::lstat, name, 0, &directory);
     if (std::string reason = judge(directory, name); !reason.empty()) {
       return reason;
     }
     const std::string entry_name = joined(name, component);
     struct stat entry {};
-    if (::fstatat(current.get(), component.c_str(), &entry, AT_SYMLINK_NOFOLLOW) != 0) {
+    const int looked = ::fstatat(current.get(), component.c_str(), &entry, AT_SYMLINK_NOFOLLOW);
+    note_status(Observation::Kind::lstat, entry_name, looked == 0 ? 0 : errno, &entry);
+    if (looked != 0) {
       const int error = errno;
       if (error == ENOENT && pending.empty()) {
         return ""; // a last component still to be created: only its directory is read
@@ -247,6 +254,7 @@ inline void push_front_components(std::deque<std::string>& pending, const std::f
         return unexaminable(entry_name, length < 0 ? errno : ENAMETOOLONG);
       }
       target.resize(static_cast<std::size_t>(length));
+      note_text(Observation::Kind::readlink, entry_name, 0, target);
       const std::filesystem::path followed(target);
       push_front_components(pending, followed);
       if (followed.is_absolute()) {

@@ -5,6 +5,7 @@
 
 #include <dsh/detail/fence/host_environment.hpp>
 #include <dsh/detail/fence/mount_table.hpp>
+#include <dsh/detail/observations.hpp>
 #include <dsh/detail/process/launcher_client.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
@@ -85,7 +86,7 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
       entries.emplace_back(entry);
     }
     struct stat status {};
-    const bool seen = ::lstat(entry.c_str(), &status) == 0;
+    const bool seen = observed_lstat(entry.c_str(), status) == 0;
     if (seen && S_ISDIR(status.st_mode)) {
       known = std::move(entry);
     } else if (links > 0 && seen && S_ISLNK(status.st_mode)) { // only a link has a target to read
@@ -119,7 +120,7 @@ inline void append_resolution_entries(const std::string& spelled, std::vector<st
     guard.entry_directories.push_back(locate(mounts, entry.parent_path()));
   }
   struct stat info {};
-  if (content && ::stat(guard.canonical.c_str(), &info) == 0 && S_ISREG(info.st_mode)) {
+  if (content && observed_stat(guard.canonical.c_str(), info) == 0 && S_ISREG(info.st_mode)) {
     guard.links = static_cast<std::uint64_t>(info.st_nlink);
   }
   return guard;
@@ -227,7 +228,9 @@ loader_directories(std::string_view variable, std::string_view value, const std:
   // The kernel's name of the file, canonical already.
   guards.push_back(make_guard(named("the host executable", host), host, true, mounts, &host));
   // The launcher runs every later call's supervisor, unfenced, until it is started again.
-  if (const std::filesystem::path launcher = LauncherClient::instance().state().program; !launcher.empty()) {
+  const std::filesystem::path launcher = LauncherClient::instance().state().program;
+  note_text(Observation::Kind::launcher, "", 0, launcher.native());
+  if (!launcher.empty()) {
     guards.push_back(make_guard(named("the fence launcher", launcher), launcher, true, mounts));
   }
   // The next host process loads its libraries from these before any fence exists: a library

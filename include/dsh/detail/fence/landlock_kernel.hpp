@@ -23,6 +23,7 @@ namespace dsh::detail {
 struct LandlockProbe {
   int abi = 0;   ///< 0 when unavailable
   int error = 0; ///< errno of the probe when unavailable
+  bool operator==(const LandlockProbe&) const = default;
 };
 
 /// Builds the fence of `PreparedFence::prepare` (its friend), with the kernel probe and the

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dsh/detail/fence/host_environment.hpp>
+#include <dsh/detail/observations.hpp>
 #include <dsh/fence_types.hpp>
 #include <dsh/policy_types.hpp>
 #include <dsh/unique_fd.hpp>
@@ -74,7 +75,7 @@ namespace dsh::detail {
   if (xdg_runtime_dir != nullptr && *xdg_runtime_dir == '/' &&
       std::string_view(xdg_runtime_dir).find('\0') == std::string_view::npos) {
     struct stat info {};
-    if (::lstat(xdg_runtime_dir, &info) == 0 && private_directory_problem(info, 077).empty()) {
+    if (observed_lstat(xdg_runtime_dir, info) == 0 && private_directory_problem(info, 077).empty()) {
       return std::filesystem::path(xdg_runtime_dir) / "dsh-sandbox-policy";
     }
   }
@@ -194,6 +195,18 @@ struct PrivateTemporary {
   if (!recorded) {
     throw fail(root / name, "the kernel does not say where it is (/proc/self/fd is unavailable)");
   }
+  if (observing != nullptr) {
+    // What a later call finds, made or not: both directories by name, following no link (as
+    // opened here), and the name the kernel records for the second.
+    struct stat root_info {};
+    if (::fstat(root_fd.get(), &root_info) != 0) {
+      note_unrepeatable();
+    }
+    note_status(Observation::Kind::lstat, root.native(), 0, &root_info);
+    const std::string own_path = (root / name).native();
+    note_status(Observation::Kind::lstat, own_path, 0, &info);
+    note_text(Observation::Kind::canonical, own_path, 0, *recorded);
+  }
   return {std::move(*recorded), std::move(own)};
 }
 
@@ -221,6 +234,9 @@ public:
     return *this;
   }
   ~OwnedDirectory() { release(); }
+
+  /// True while it owns a directory (one it removes when destroyed).
+  [[nodiscard]] bool owns() const noexcept { return !path_.empty(); }
 
 private:
   void release() noexcept {

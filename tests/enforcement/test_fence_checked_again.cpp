@@ -1,0 +1,353 @@
+// A fence checked again rather than built again (docs/enforcement.md#a-fence-checked-again):
+// a preparation with the inputs of an earlier one reads again everything the earlier one read,
+// and reuses its ruleset only when every reading gives what it gave. Each case below changes
+// one thing the earlier fence was judged on, between two calls, as the host, another session
+// or the command itself could, and requires of the second call exactly what a fresh
+// preparation gives: the same refusal, or a fence that grants what is there now.
+#include "support/landlock.hpp"
+#include "support/users.hpp"
+
+#include <dsh/landlock.hpp>
+#include <dsh/sandbox_policy.hpp>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using dsh::FenceOptions;
+using dsh::PreparedFence;
+using dsh::ResolvedPolicy;
+using dsh::SandboxMode;
+using namespace dsh::test;
+
+namespace {
+
+/// How many fences this process has reused after checking them again.
+std::uint64_t reused() { return dsh::detail::CheckedFences::instance().reused.load(); }
+
+/// What `PreparedFence::prepare` gives: the report's description, or "refused: " and the message.
+std::string prepared(const ResolvedPolicy& policy, const FenceOptions& options) {
+  try {
+    return PreparedFence::prepare(policy, options).report().describe();
+  } catch (const dsh::LandlockError& error) {
+    return std::string("refused: ") + error.what();
+  }
+}
+
+/// What a fresh preparation gives, never checked again, in the same form as `prepared`.
+std::string fresh(const ResolvedPolicy& policy, const FenceOptions& options) {
+  try {
+    return dsh::detail::prepare_fence(policy, options, dsh::detail::probe_landlock(),
+                                      dsh::detail::HostEnvironment::current())
+        .report()
+        .describe();
+  } catch (const dsh::LandlockError& error) {
+    return std::string("refused: ") + error.what();
+  }
+}
+
+/// The errno of creating the new file `path` (0 when it was created).
+int create_error(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return errno;
+  }
+  ::close(fd);
+  return 0;
+}
+
+/// One session of a workspace-write host in a scratch directory of its own: the workspace,
+/// the log beside it, the private temporary directories beneath `temporary`.
+struct Session {
+  explicit Session(const std::filesystem::path& scratch)
+      : base(scratch), workspace(scratch / "ws"), log(scratch / "s.jsonl"), temporary(scratch / "tmp") {
+    std::filesystem::create_directory(workspace);
+    std::ofstream(log) << "";
+    policy.mode = SandboxMode::workspace_write;
+    policy.workspace_root = dsh::canonical_path(workspace);
+    options.session_log = log;
+    options.session_cwd = workspace;
+    options.temporary_root = temporary;
+    options.isolation = dsh::Isolation::off;
+  }
+  std::filesystem::path base;
+  std::filesystem::path workspace;
+  std::filesystem::path log;
+  std::filesystem::path temporary;
+  ResolvedPolicy policy;
+  FenceOptions options;
+};
+
+/// Appends `what` and a newline to `failures` unless `holds`.
+void expect(std::string& failures, bool holds, const std::string& what) {
+  if (!holds) {
+    failures += what + "\n";
+  }
+}
+
+/// Prepares `session` (kept to be checked again), applies `change`, then prepares it again
+/// and compares with a fresh preparation: returns "" or what differed. `reusable`: whether the
+/// second call may reuse the first fence (nothing it was judged on changed).
+std::string after_change(Session& session, const std::function<void()>& change, bool reusable,
+                         const std::string& expected_refusal = "") {
+  std::string failures;
+  // The first call makes the private directory, which its own readings then see change: only
+  // the second is kept.
+  for (int call = 0; call < 2; ++call) {
+    const std::string first = prepared(session.policy, session.options);
+    expect(failures, !first.starts_with("refused"), "an unchanged call was refused: " + first);
+  }
+  change();
+  const std::uint64_t before = reused();
+  const std::string again = prepared(session.policy, session.options);
+  const bool was_reused = reused() != before;
+  const std::string control = fresh(session.policy, session.options);
+  expect(failures, was_reused == reusable,
+         std::string("expected the second call ") + (reusable ? "to reuse" : "not to reuse") + " the first fence");
+  expect(failures, again == control, "the second call gave\n  " + again + "\nwhere a fresh one gives\n  " + control);
+  if (!expected_refusal.empty()) {
+    expect(failures, again.find(expected_refusal) != std::string::npos,
+           "expected a refusal naming \"" + expected_refusal + "\", got " + again);
+  }
+  return failures;
+}
+
+/// Every case of this file's table, in `directory` (a fresh scratch directory of the calling
+/// user): returns "" or the failures, each on a line. Runs as root and as uid 65534 alike.
+std::string changes_between_calls(const std::filesystem::path& directory) {
+  std::string failures;
+  int number = 0;
+  const auto next = [&] {
+    const std::filesystem::path base = directory / ("case" + std::to_string(++number));
+    std::filesystem::create_directory(base);
+    return Session(base);
+  };
+
+  { // Nothing changed (the command wrote into the workspace and its private directory meanwhile).
+    Session session = next();
+    failures += after_change(
+        session,
+        [&] {
+          std::ofstream(session.workspace / "made-by-the-command") << "x";
+          std::filesystem::create_directory(session.workspace / "a-directory");
+        },
+        true);
+    const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
+    expect(failures, fenced(fence, [&] { return create_error(session.workspace / "new"); }) == 0,
+           "a reused fence refused a write into the workspace");
+    expect(failures, fenced(fence, [&] { return create_error(fence.report().temporary_directory / "new"); }) == 0,
+           "a reused fence refused a write into the private temporary directory");
+    expect(failures, fenced(fence, [&] { return create_error(session.base / "outside"); }) == EACCES,
+           "a reused fence let a write outside its grants through");
+  }
+  { // The workspace root renamed away and another directory made in its place: the new one is
+    // granted, the old one (the inode the first ruleset holds) is not.
+    Session session = next();
+    failures += after_change(
+        session,
+        [&] {
+          std::filesystem::rename(session.workspace, session.base / "ws-old");
+          std::filesystem::create_directory(session.workspace);
+        },
+        false);
+    const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
+    expect(failures, fenced(fence, [&] { return create_error(session.workspace / "new"); }) == 0,
+           "the replacing workspace is not writable");
+    expect(failures, fenced(fence, [&] { return create_error(session.base / "ws-old" / "new"); }) == EACCES,
+           "the replaced workspace (the first fence's grant) is still writable");
+  }
+  { // A directory on the way to the workspace made writable by every user.
+    Session session = next();
+    failures += after_change(
+        session, [&] { ::chmod(session.base.c_str(), 0777); }, false, "is writable by another user");
+    ::chmod(session.base.c_str(), 0700);
+  }
+  { // A second name for the session log, on the workspace's filesystem.
+    Session session = next();
+    failures += after_change(
+        session, [&] { std::filesystem::create_hard_link(session.log, session.base / "another-name"); }, false,
+        "names (hard links)");
+  }
+  { // The session log replaced by a link into the workspace.
+    Session session = next();
+    failures += after_change(
+        session,
+        [&] {
+          std::ofstream(session.workspace / "log.jsonl") << "";
+          std::filesystem::remove(session.log);
+          std::filesystem::create_symlink(session.workspace / "log.jsonl", session.log);
+        },
+        false, "the session log");
+  }
+  { // The private temporary directory removed: made again, and granted.
+    Session session = next();
+    failures += after_change(
+        session, [&] { std::filesystem::remove_all(session.temporary); }, false);
+    const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
+    expect(failures, fenced(fence, [&] { return create_error(fence.report().temporary_directory / "new"); }) == 0,
+           "the private temporary directory made again is not writable");
+  }
+  { // The private temporary directory opened to every user.
+    Session session = next();
+    std::string made;
+    failures += after_change(
+        session,
+        [&] {
+          made = PreparedFence::prepare(session.policy, session.options).report().temporary_directory;
+          ::chmod(made.c_str(), 0777);
+        },
+        false, "expected a directory owned by uid");
+    ::chmod(made.c_str(), 0700);
+  }
+  { // A loader variable of the host naming the workspace (an input, not a reading).
+    Session session = next();
+    const std::string workspace = session.workspace.native();
+    failures += after_change(
+        session, [&] { ::setenv("LD_LIBRARY_PATH", workspace.c_str(), 1); }, false, "$LD_LIBRARY_PATH");
+    ::unsetenv("LD_LIBRARY_PATH");
+  }
+  return failures;
+}
+
+} // namespace
+
+TEST_CASE("a fence checked again equals a fresh one after each change it was judged on, as root") {
+  DSH_REQUIRE_LANDLOCK();
+  const TempDir directory;
+  const std::string failures = changes_between_calls(directory.path());
+  INFO(failures);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("a fence checked again equals a fresh one after each change it was judged on, as uid 65534") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root to become uid 65534");
+  }
+  const TempDir directory;
+  hand_to_nobody(directory.path());
+  std::array<int, 2> report{-1, -1};
+  REQUIRE(::pipe(report.data()) == 0);
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(report[0]);
+    std::string failures = become_nobody() ? std::string() : "could not become uid 65534\n";
+    if (failures.empty()) {
+      try {
+        failures = changes_between_calls(directory.path());
+      } catch (const std::exception& error) {
+        failures = std::string("threw: ") + error.what();
+      }
+    }
+    (void)!::write(report[1], failures.data(), failures.size());
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  std::string failures;
+  std::array<char, 4096> buffer{};
+  for (::ssize_t got = 0; (got = ::read(report[0], buffer.data(), buffer.size())) > 0;) {
+    failures.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  ::close(report[0]);
+  CHECK(wait_exit_code(pid) == 0);
+  INFO(failures);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("a bind mount that shows the session log beneath the workspace, made between two calls, is refused") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root to mount");
+  }
+  const TempDir directory;
+  std::array<int, 2> report{-1, -1};
+  REQUIRE(::pipe(report.data()) == 0);
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(report[0]);
+    std::string failures = enter_private_mount_namespace() ? std::string() : "no mount namespace\n";
+    if (failures.empty()) {
+      try {
+        Session session(directory.path());
+        std::filesystem::create_directory(session.base / "logs");
+        std::filesystem::rename(session.log, session.base / "logs" / "s.jsonl");
+        session.log = session.base / "logs" / "s.jsonl";
+        session.options.session_log = session.log;
+        failures = after_change(
+            session,
+            [&] {
+              std::filesystem::create_directory(session.workspace / "view");
+              if (::mount((session.base / "logs").c_str(), (session.workspace / "view").c_str(), nullptr, MS_BIND,
+                          nullptr) != 0) {
+                std::perror("mount");
+              }
+            },
+            false, "shows it beneath the grant");
+      } catch (const std::exception& error) {
+        failures = std::string("threw: ") + error.what();
+      }
+    }
+    (void)!::write(report[1], failures.data(), failures.size());
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  std::string failures;
+  std::array<char, 4096> buffer{};
+  for (::ssize_t got = 0; (got = ::read(report[0], buffer.data(), buffer.size())) > 0;) {
+    failures.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  ::close(report[0]);
+  CHECK(wait_exit_code(pid) == 0);
+  INFO(failures);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("threads preparing the same session share the fences checked again, each equal to a fresh one") {
+  DSH_REQUIRE_LANDLOCK();
+  const TempDir directory;
+  Session session(directory.path());
+  const std::string expected = fresh(session.policy, session.options);
+  REQUIRE(!expected.starts_with("refused"));
+  const std::uint64_t before = reused();
+  std::array<std::string, 4> seen;
+  std::vector<std::thread> threads;
+  threads.reserve(seen.size());
+  for (std::string& mine : seen) {
+    threads.emplace_back([&session, &mine, &expected] {
+      for (int i = 0; i < 25; ++i) {
+        const std::string got = prepared(session.policy, session.options);
+        if (got != expected) {
+          mine = got;
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  for (const std::string& mine : seen) {
+    INFO(mine);
+    CHECK(mine.empty());
+  }
+  CHECK(reused() - before >= 90); // all but the first call of each thread, at most, prepared afresh
+}
