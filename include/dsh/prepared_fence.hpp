@@ -53,6 +53,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -78,17 +79,24 @@ struct FenceInputs {
   ResolvedPolicy policy;
   FenceOptions options;
   std::array<std::optional<std::string>, 5> environment{}; ///< as `HostEnvironment`, in its order
+  /// Every path of the policy and the options as spelled: `std::filesystem::path`'s equality
+  /// compares components, and "/w//ws" is refused where "/w/ws" is granted.
+  std::vector<std::string> spellings{};
   ::uid_t euid = 0;
   ::gid_t egid = 0;
-  bool sys_admin = false; ///< `holds_sys_admin()`
-  int filter_probe = 0;   ///< `probe_syscall_filter()`
+  ::uid_t fsuid = 0; ///< the ids the kernel checks file permissions with
+  ::gid_t fsgid = 0;
+  std::vector<::gid_t> groups{};  ///< the supplementary groups
+  std::uint64_t capabilities = 0; ///< the effective set (CAP_DAC_* decide what opens)
+  bool sys_admin = false;         ///< `holds_sys_admin()`
+  int filter_probe = 0;           ///< `probe_syscall_filter()`
   LandlockProbe probe{};
   bool operator==(const FenceInputs&) const = default;
 
-  /// The inputs of a preparation of `policy` with `options` by the calling thread now.
-  /// Throws only std::bad_alloc.
-  [[nodiscard]] static FenceInputs now(const ResolvedPolicy& policy, const FenceOptions& options,
-                                       const HostEnvironment& host, LandlockProbe probe) {
+  /// The inputs of a preparation of `policy` with `options` by the calling thread now; nullopt
+  /// when one cannot be read (the capabilities, the groups). Throws only std::bad_alloc.
+  [[nodiscard]] static std::optional<FenceInputs> now(const ResolvedPolicy& policy, const FenceOptions& options,
+                                                      const HostEnvironment& host, LandlockProbe probe) {
     FenceInputs inputs{policy, options};
     const std::array<const char*, 5> variables{host.tmpdir, host.xdg_runtime_dir, host.ld_library_path, host.ld_preload,
                                                host.ld_audit};
@@ -97,8 +105,37 @@ struct FenceInputs {
         inputs.environment[i] = variables[i];
       }
     }
+    for (const std::filesystem::path* path : {&policy.workspace_root, &options.session_log, &options.session_cwd,
+                                              &options.terminal, &options.temporary_root}) {
+      inputs.spellings.push_back(path->native());
+    }
+    for (const std::vector<std::filesystem::path>* list :
+         {&options.protected_paths, &options.extra_writable, &policy.protected_paths.extra}) {
+      for (const std::filesystem::path& path : *list) {
+        inputs.spellings.push_back(path.native());
+      }
+    }
     inputs.euid = ::geteuid();
     inputs.egid = ::getegid();
+#if defined(__linux__)
+    // An invalid id changes nothing and returns the current one.
+    inputs.fsuid = static_cast<::uid_t>(::setfsuid(static_cast<::uid_t>(-1)));
+    inputs.fsgid = static_cast<::gid_t>(::setfsgid(static_cast<::gid_t>(-1)));
+    CapabilityHeader header{capability_version_3, 0};
+    std::array<CapabilityData, 2> sets{};
+    if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+      return std::nullopt;
+    }
+    inputs.capabilities = std::uint64_t{sets[1].effective} << 32U | sets[0].effective;
+#endif
+    const int count = ::getgroups(0, nullptr);
+    if (count < 0) {
+      return std::nullopt;
+    }
+    inputs.groups.resize(static_cast<std::size_t>(count));
+    if (count > 0 && ::getgroups(count, inputs.groups.data()) != count) {
+      return std::nullopt;
+    }
     inputs.sys_admin = holds_sys_admin();
     inputs.filter_probe = probe_syscall_filter();
     inputs.probe = probe;
@@ -179,7 +216,7 @@ public:
     std::optional<detail::FenceInputs> inputs;
     if (detail::checkable(policy, options)) {
       inputs = detail::FenceInputs::now(policy, options, environment, probe);
-      if (std::optional<PreparedFence> again = detail::checked_again(*inputs)) {
+      if (std::optional<PreparedFence> again = inputs ? detail::checked_again(*inputs) : std::nullopt) {
         return std::move(*again);
       }
     }

@@ -11,7 +11,9 @@
 #include <dsh/sandbox_policy.hpp>
 
 #include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -214,6 +217,18 @@ std::string changes_between_calls(const std::filesystem::path& directory) {
         false, "expected a directory owned by uid");
     ::chmod(made.c_str(), 0700);
   }
+  { // The same workspace spelled with a doubled separator: equal as std::filesystem::path, and
+    // refused by a fresh preparation (the name the kernel records differs from the spelling).
+    Session session = next();
+    ResolvedPolicy doubled = session.policy;
+    for (int call = 0; call < 2; ++call) {
+      (void)prepared(session.policy, session.options);
+    }
+    doubled.workspace_root = session.policy.workspace_root.parent_path().native() + "//ws";
+    const std::string again = prepared(doubled, session.options);
+    expect(failures, again == fresh(doubled, session.options),
+           "a workspace root spelled \"" + doubled.workspace_root.native() + "\" gave " + again);
+  }
   { // A loader variable of the host naming the workspace (an input, not a reading).
     Session session = next();
     const std::string workspace = session.workspace.native();
@@ -222,6 +237,46 @@ std::string changes_between_calls(const std::filesystem::path& directory) {
     ::unsetenv("LD_LIBRARY_PATH");
   }
   return failures;
+}
+
+/// Runs `body` in a forked child (as uid 65534 when `as_nobody`) and returns what it returned,
+/// or why it could not run.
+std::string in_child_text(bool as_nobody, const std::function<std::string()>& body) {
+  std::array<int, 2> report{-1, -1};
+  if (::pipe(report.data()) != 0) {
+    return "pipe failed";
+  }
+  std::fflush(nullptr);
+  const ::pid_t pid = ::fork();
+  if (pid < 0) {
+    return "fork failed";
+  }
+  if (pid == 0) {
+    ::close(report[0]);
+    std::string text;
+    if (as_nobody && !become_nobody()) {
+      text = "could not become uid 65534";
+    } else {
+      try {
+        text = body();
+      } catch (const std::exception& error) {
+        text = std::string("threw: ") + error.what();
+      }
+    }
+    (void)!::write(report[1], text.data(), text.size());
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  std::string text;
+  std::array<char, 4096> buffer{};
+  for (::ssize_t got = 0; (got = ::read(report[0], buffer.data(), buffer.size())) > 0;) {
+    text.append(buffer.data(), static_cast<std::size_t>(got));
+  }
+  ::close(report[0]);
+  if (wait_exit_code(pid) != 0) {
+    text += "\nthe child did not exit with 0";
+  }
+  return text;
 }
 
 } // namespace
@@ -350,4 +405,146 @@ TEST_CASE("threads preparing the same session share the fences checked again, ea
     CHECK(mine.empty());
   }
   CHECK(reused() - before >= 90); // all but the first call of each thread, at most, prepared afresh
+}
+
+TEST_CASE("a tmpfs mounted again between two calls, giving the workspace the same numbers, is granted anew") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root to mount");
+  }
+  const TempDir directory;
+  const std::string failures = in_child_text(false, [&]() -> std::string {
+    if (!enter_private_mount_namespace()) {
+      return "no mount namespace";
+    }
+    const std::filesystem::path point = directory.path() / "mnt";
+    std::filesystem::create_directory(point);
+    const auto mount_tmpfs = [&] {
+      if (::mount("tmpfs", point.c_str(), "tmpfs", 0, "mode=0755") != 0) {
+        return false;
+      }
+      std::filesystem::create_directory(point / "ws");
+      return true;
+    };
+    if (!mount_tmpfs()) {
+      return "mount failed";
+    }
+    Session session(directory.path());
+    session.policy.workspace_root = dsh::canonical_path(point / "ws");
+    session.options.session_cwd = point / "ws";
+    std::string found;
+    struct stat before {};
+    struct stat after {};
+    found += after_change(
+        session,
+        [&] {
+          ::stat((point / "ws").c_str(), &before);
+          if (::umount(point.c_str()) != 0 || !mount_tmpfs()) {
+            found += "could not mount again\n";
+          }
+          ::stat((point / "ws").c_str(), &after);
+        },
+        false);
+    if (before.st_dev != after.st_dev || before.st_ino != after.st_ino) {
+      return "the tmpfs gave the workspace other numbers: nothing to check\n";
+    }
+    const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
+    expect(found, fenced(fence, [&] { return create_error(point / "ws" / "new"); }) == 0,
+           "the workspace on the tmpfs mounted again is not writable");
+    return found;
+  });
+  INFO(failures);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("a thread that dropped its DAC capabilities is judged as a fresh preparation judges it") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root's capabilities to drop");
+  }
+  const TempDir directory;
+  Session session(directory.path());
+  // A temporary root root may enter and write but not list: opening it needs CAP_DAC_READ_SEARCH.
+  std::filesystem::create_directory(session.temporary);
+  ::chmod(session.temporary.c_str(), 0300);
+  for (int call = 0; call < 2; ++call) {
+    CHECK(!prepared(session.policy, session.options).starts_with("refused"));
+  }
+  std::string again;
+  std::string control;
+  std::thread([&] {
+    dsh::detail::CapabilityHeader header{dsh::detail::capability_version_3, 0};
+    std::array<dsh::detail::CapabilityData, 2> sets{};
+    constexpr unsigned dac_override = 1;
+    constexpr unsigned dac_read_search = 2;
+    if (::syscall(SYS_capget, &header, sets.data()) != 0) {
+      return;
+    }
+    sets[0].effective &= ~((1U << dac_override) | (1U << dac_read_search));
+    if (::syscall(SYS_capset, &header, sets.data()) != 0) {
+      return;
+    }
+    again = prepared(session.policy, session.options);
+    control = fresh(session.policy, session.options);
+  }).join();
+  ::chmod(session.temporary.c_str(), 0700);
+  CHECK(control.starts_with("refused"));
+  CHECK(again == control);
+}
+
+TEST_CASE("another session's command flipping the temporary root's mode never leaves a wider fence kept") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root to become uid 65534");
+  }
+  const TempDir directory;
+  hand_to_nobody(directory.path());
+  const std::string failures = in_child_text(true, [&]() -> std::string {
+    const std::filesystem::path mine = directory.path() / "mine";
+    const std::filesystem::path theirs = directory.path() / "theirs";
+    std::filesystem::create_directory(mine);
+    std::filesystem::create_directory(theirs);
+    Session session(mine);
+    Session other(theirs);
+    for (int call = 0; call < 2; ++call) {
+      (void)prepared(session.policy, session.options);
+    }
+    // The other session's command: fenced, and free to chmod what it can name (Landlock does
+    // not mediate it), it flips this session's temporary root between shared and private.
+    const PreparedFence their_fence = PreparedFence::prepare(other.policy, other.options);
+    std::fflush(nullptr);
+    const ::pid_t flipper = ::fork();
+    if (flipper == 0) {
+      if (!their_fence.apply().ok()) {
+        ::_exit(250);
+      }
+      // A short, varying wait, so that the flips land anywhere in a preparation.
+      const auto pause = [](unsigned turns) {
+        for (std::atomic<unsigned> turn{0}; turn.load(std::memory_order_relaxed) < turns;
+             turn.fetch_add(1, std::memory_order_relaxed)) {
+        }
+      };
+      for (unsigned round = 0;; ++round) {
+        ::chmod(session.temporary.c_str(), 0777);
+        pause(round * 7919U % 1500U);
+        ::chmod(session.temporary.c_str(), 0700);
+        pause(round * 104729U % 700U);
+      }
+    }
+    for (int call = 0; call < 4000; ++call) {
+      (void)prepared(session.policy, session.options);
+    }
+    ::kill(flipper, SIGKILL);
+    ::waitpid(flipper, nullptr, 0);
+    ::chmod(session.temporary.c_str(), 0777);
+    const std::string again = prepared(session.policy, session.options);
+    const std::string control = fresh(session.policy, session.options);
+    ::chmod(session.temporary.c_str(), 0700);
+    std::string found;
+    expect(found, control.starts_with("refused"), "a fresh preparation took a shared temporary root: " + control);
+    expect(found, again == control, "after the flips, with the root shared, the call gave " + again);
+    return found;
+  });
+  INFO(failures);
+  CHECK(failures.empty());
 }

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cerrno>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -33,9 +35,33 @@ struct Observation {
   ::nlink_t links = 0; ///< st_nlink of what is not a directory (a directory's moves with its subdirectories,
                        ///< and no check reads it); 0 for a directory
   ::dev_t special = 0; ///< st_rdev
-  std::string text{};  ///< a link's target, a canonical path, the name the kernel records, the directory
+  /// The unique id of the mount it was read through (`unique_mount_id`), for what a ruleset's
+  /// rule holds (a rule anchor, the private directory): a filesystem mounted again may give its
+  /// root the same device and inode numbers. 0 where no check depends on the mount.
+  std::uint64_t mount = 0;
+  std::string text{}; ///< a link's target, a canonical path, the name the kernel records, the directory
   bool operator==(const Observation&) const = default;
 };
+
+/// statx(2)'s STATX_MNT_ID_UNIQUE (Linux 6.8): a mount id never given to another mount.
+inline constexpr unsigned statx_unique_mount_id = 0x4000U;
+
+/// The unique id of the mount `path` (relative to `directory`, with statx(2) `flags`) is read
+/// through, or 0 when the kernel cannot tell one (before Linux 6.8) or the call fails.
+[[nodiscard]] inline std::uint64_t unique_mount_id(int directory, const char* path, int flags) noexcept {
+#if defined(__linux__) && defined(STATX_MNT_ID)
+  struct statx info {};
+  if (::statx(directory, path, flags, statx_unique_mount_id, &info) == 0 &&
+      (info.stx_mask & statx_unique_mount_id) != 0) {
+    return info.stx_mnt_id;
+  }
+#else
+  (void)directory;
+  (void)path;
+  (void)flags;
+#endif
+  return 0;
+}
 
 /// An observation of `kind` on `path` with the status `info` (when `error` is 0).
 [[nodiscard]] inline Observation status_observation(Observation::Kind kind, std::string path, int error,

@@ -168,6 +168,7 @@ struct PrivateTemporary {
   if (const std::string why = private_directory_problem(info, default_root ? 077 : 022); !why.empty()) {
     throw fail(root, why);
   }
+  const struct stat root_judged = info; // what a later call must read again: the status judged here
   bool made = true;
   if (::mkdirat(root_fd.get(), name.c_str(), 0700) != 0) {
     if (errno != EEXIST) {
@@ -197,15 +198,16 @@ struct PrivateTemporary {
   }
   if (observing != nullptr) {
     // What a later call finds, made or not: both directories by name, following no link (as
-    // opened here), and the name the kernel records for the second.
-    struct stat root_info {};
-    if (::fstat(root_fd.get(), &root_info) != 0) {
-      note_unrepeatable();
+    // opened here), with the statuses judged above; the second on the mount its grant holds,
+    // and the name the kernel records for it.
+    note_status(Observation::Kind::lstat, root.native(), 0, &root_judged);
+    Observation own_status = status_observation(Observation::Kind::lstat, (root / name).native(), 0, &info);
+    own_status.mount = unique_mount_id(own.get(), "", AT_EMPTY_PATH);
+    if (own_status.mount == 0) {
+      note_unrepeatable(); // a directory mounted again could read the same without its mount's id
     }
-    note_status(Observation::Kind::lstat, root.native(), 0, &root_info);
-    const std::string own_path = (root / name).native();
-    note_status(Observation::Kind::lstat, own_path, 0, &info);
-    note_text(Observation::Kind::canonical, own_path, 0, *recorded);
+    note(std::move(own_status));
+    note_text(Observation::Kind::canonical, (root / name).native(), 0, *recorded);
   }
   return {std::move(*recorded), std::move(own)};
 }

@@ -13,12 +13,15 @@
 #include <cerrno>
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 namespace dsh::detail {
@@ -29,7 +32,10 @@ struct AnchorReading {
   int error = 0;                       ///< the errno of the open or the fstat, 0 when both worked
   struct stat info {};                 ///< its status when `error` is 0
   std::optional<std::string> recorded; ///< a directory's name as the kernel records it
+  std::uint64_t mount = 0;             ///< `unique_mount_id` of the anchor (0: unknown)
 };
+
+[[nodiscard]] inline Observation anchor_observation(std::string path, bool directory, const AnchorReading& reading);
 
 /// Opens the rule anchor at `path` (`open_rule_anchor`), reads its status and, for a directory,
 /// the name the kernel records for it; records it all as one observation when the calling
@@ -39,17 +45,60 @@ struct AnchorReading {
   reading.anchor.reset(open_rule_anchor(path, directory));
   if (!reading.anchor || ::fstat(reading.anchor.get(), &reading.info) != 0) {
     reading.error = errno;
-  } else if (directory) {
-    reading.recorded = recorded_path(reading.anchor.get());
+  } else {
+    reading.mount = unique_mount_id(reading.anchor.get(), "", AT_EMPTY_PATH);
+    if (directory) {
+      reading.recorded = recorded_path(reading.anchor.get());
+    }
   }
   if (observing != nullptr) {
-    Observation observation =
-        status_observation(directory ? Observation::Kind::directory_anchor : Observation::Kind::file_anchor,
-                           path.native(), reading.error, &reading.info);
-    observation.text = reading.recorded.value_or(std::string());
-    note(std::move(observation));
+    if (reading.error == 0 && reading.mount == 0) {
+      note_unrepeatable(); // a filesystem mounted again could read the same without its mount's id
+    }
+    note(anchor_observation(path.native(), directory, reading));
   }
   return reading;
+}
+
+/// The observation `read_rule_anchor` records for `reading` of `path`.
+[[nodiscard]] inline Observation anchor_observation(std::string path, bool directory, const AnchorReading& reading) {
+  Observation observation =
+      status_observation(directory ? Observation::Kind::directory_anchor : Observation::Kind::file_anchor,
+                         std::move(path), reading.error, &reading.info);
+  observation.mount = reading.error == 0 ? reading.mount : 0;
+  observation.text = reading.recorded.value_or(std::string());
+  return observation;
+}
+
+/// The observation of `kind` that statx(2) of `path` with `flags` gives now, with the mount's
+/// unique id when `with_mount` (as `status_observation` and `unique_mount_id` give them).
+[[nodiscard]] inline Observation status_again(Observation::Kind kind, const std::string& path, int flags,
+                                              bool with_mount) {
+  Observation again{kind, path};
+#if defined(__linux__) && defined(STATX_MNT_ID)
+  struct statx info {};
+  if (::statx(AT_FDCWD, path.c_str(), flags | AT_STATX_SYNC_AS_STAT,
+              STATX_BASIC_STATS | (with_mount ? statx_unique_mount_id : 0U), &info) != 0) {
+    again.error = errno;
+    return again;
+  }
+  again.device = makedev(info.stx_dev_major, info.stx_dev_minor);
+  again.inode = info.stx_ino;
+  again.mode = info.stx_mode;
+  again.owner = info.stx_uid;
+  again.group = info.stx_gid;
+  again.links = S_ISDIR(info.stx_mode) ? 0 : info.stx_nlink;
+  again.special = makedev(info.stx_rdev_major, info.stx_rdev_minor);
+  if (with_mount) {
+    again.mount = (info.stx_mask & statx_unique_mount_id) != 0 ? info.stx_mnt_id : 0;
+  }
+#else
+  struct stat info {};
+  const int result = (flags & AT_SYMLINK_NOFOLLOW) != 0 ? ::lstat(path.c_str(), &info) : ::stat(path.c_str(), &info);
+  again = status_observation(kind, path, result == 0 ? 0 : errno, &info);
+  (void)with_mount;
+#endif
+  return again;
 }
 
 /// The target `readlink(2)` gives for `path`, as `dangling_link_target` records it: the error
@@ -71,31 +120,21 @@ struct AnchorReading {
 /// working directory is gone, which a caller treats as a difference).
 [[nodiscard]] inline bool reads_the_same(const Observation& seen) {
   const ObservationScope quiet(nullptr);
-  struct stat info {};
   switch (seen.kind) {
-  case Observation::Kind::lstat: {
-    const int result = ::lstat(seen.path.c_str(), &info);
-    return status_observation(seen.kind, seen.path, result == 0 ? 0 : errno, &info) == seen;
-  }
-  case Observation::Kind::stat: {
-    const int result = ::stat(seen.path.c_str(), &info);
-    return status_observation(seen.kind, seen.path, result == 0 ? 0 : errno, &info) == seen;
-  }
+  case Observation::Kind::lstat:
+    return status_again(seen.kind, seen.path, AT_SYMLINK_NOFOLLOW, seen.mount != 0) == seen;
+  case Observation::Kind::stat:
+    return status_again(seen.kind, seen.path, 0, seen.mount != 0) == seen;
   case Observation::Kind::readlink:
     return read_link_again(seen.path) == seen;
   case Observation::Kind::canonical:
     return seen.error == 0 && canonical_native(seen.path) == seen.text;
-  case Observation::Kind::file_anchor: {
-    // open(2) with O_PATH and fstat(2) read what stat(2) reads: the file the path leads to.
-    const int result = ::stat(seen.path.c_str(), &info);
-    return status_observation(seen.kind, seen.path, result == 0 ? 0 : errno, &info) == seen;
-  }
-  case Observation::Kind::directory_anchor: {
-    const AnchorReading reading = read_rule_anchor(seen.path, true);
-    Observation again = status_observation(seen.kind, seen.path, reading.error, &reading.info);
-    again.text = reading.recorded.value_or(std::string());
-    return again == seen;
-  }
+  case Observation::Kind::file_anchor:
+    // open(2) with O_PATH and fstat(2) read what statx(2) following links reads: the file the
+    // path leads to, and the mount it is on.
+    return status_again(seen.kind, seen.path, 0, seen.error == 0) == seen;
+  case Observation::Kind::directory_anchor:
+    return anchor_observation(seen.path, true, read_rule_anchor(seen.path, true)) == seen;
   case Observation::Kind::cwd: {
     std::array<char, PATH_MAX> buffer; // NOLINT(cppcoreguidelines-pro-type-member-init): written before read
     return ::getcwd(buffer.data(), buffer.size()) != nullptr && seen.text == buffer.data();
@@ -117,10 +156,19 @@ struct AnchorReading {
   distinct.reserve(observations.list.size());
   for (const Observation& observation : observations.list) {
     bool known = false;
-    for (const Observation& kept : distinct) {
+    for (Observation& kept : distinct) {
       if (kept.kind == observation.kind && kept.path == observation.path) {
-        if (!(kept == observation)) {
+        // Only some readings take the mount's id (0 when not taken): two agree when all else
+        // does and no two ids differ; the one kept is read again with the id.
+        Observation left = kept;
+        Observation right = observation;
+        left.mount = 0;
+        right.mount = 0;
+        if (!(left == right) || (kept.mount != 0 && observation.mount != 0 && kept.mount != observation.mount)) {
           return std::nullopt;
+        }
+        if (kept.mount == 0) {
+          kept.mount = observation.mount;
         }
         known = true;
         break;
