@@ -59,7 +59,9 @@ void fence(const Settings& settings, Table& table, const std::filesystem::path& 
   layered.session_log = layer_log_path;
   layered.session_cwd = layer_workspace;
   layered.isolation = dsh::Isolation::required;
-  const int runs = settings.smoke ? 1 : std::max(21, settings.runs);
+  // 101 rounds at least: a fenced call is about 2 ms, and the medians of 21 rounds moved by 0.1
+  // between runs of the same build (1.27-1.36 for the base row), more than the targets' margins.
+  const int runs = settings.smoke ? 1 : std::max(101, settings.runs);
 
   const std::vector<double> medians = alternate(
       runs, {{"fence: the fork + execve baseline", [&] { return fork_exec_and_wait(plain.argv()) == 0; }},
