@@ -209,7 +209,8 @@ public:
   /// A fence whose inputs equal an earlier one's (`detail::checkable` configurations) is checked
   /// again rather than built again: every reading the earlier preparation made is made again,
   /// and when each gives what it gave, that fence's ruleset is reused with the read fence made
-  /// as for a new one (docs/enforcement.md#a-fence-checked-again).
+  /// as for a new one (docs/enforcement.md#a-fence-checked-again); SystemError when its
+  /// descriptor cannot be duplicated (the process is out of descriptors).
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
     const detail::LandlockProbe probe = detail::probe_landlock();
@@ -235,7 +236,11 @@ public:
     if (inputs && fence.report_.status == FenceStatus::enforced && !fence.namespaces_.active &&
         !fence.temporary_.owns() && fence.mount_table_) {
       if (std::optional<std::vector<detail::Observation>> distinct = detail::distinct_readings(readings)) {
-        detail::keep_checked(std::move(*inputs), std::move(*distinct), fence);
+        try {
+          detail::keep_checked(std::move(*inputs), std::move(*distinct), fence);
+        } catch (const SystemError&) {
+          // No descriptor to keep it with: this call has its fence, the next builds one anew.
+        }
       }
     }
     fence.fence_reads();
