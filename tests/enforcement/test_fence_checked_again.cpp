@@ -296,32 +296,7 @@ TEST_CASE("a fence checked again equals a fresh one after each change it was jud
   }
   const TempDir directory;
   hand_to_nobody(directory.path());
-  std::array<int, 2> report{-1, -1};
-  REQUIRE(::pipe(report.data()) == 0);
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(report[0]);
-    std::string failures = become_nobody() ? std::string() : "could not become uid 65534\n";
-    if (failures.empty()) {
-      try {
-        failures = changes_between_calls(directory.path());
-      } catch (const std::exception& error) {
-        failures = std::string("threw: ") + error.what();
-      }
-    }
-    (void)!::write(report[1], failures.data(), failures.size());
-    ::_exit(0);
-  }
-  ::close(report[1]);
-  std::string failures;
-  std::array<char, 4096> buffer{};
-  for (::ssize_t got = 0; (got = ::read(report[0], buffer.data(), buffer.size())) > 0;) {
-    failures.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  ::close(report[0]);
-  CHECK(wait_exit_code(pid) == 0);
+  const std::string failures = in_child_text(true, [&] { return changes_between_calls(directory.path()); });
   INFO(failures);
   CHECK(failures.empty());
 }
@@ -332,46 +307,28 @@ TEST_CASE("a bind mount that shows the session log beneath the workspace, made b
     DSH_TEST_SKIP("needs root to mount");
   }
   const TempDir directory;
-  std::array<int, 2> report{-1, -1};
-  REQUIRE(::pipe(report.data()) == 0);
-  std::fflush(nullptr);
-  const ::pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(report[0]);
-    std::string failures = enter_private_mount_namespace() ? std::string() : "no mount namespace\n";
-    if (failures.empty()) {
-      try {
-        Session session(directory.path());
-        std::filesystem::create_directory(session.base / "logs");
-        std::filesystem::rename(session.log, session.base / "logs" / "s.jsonl");
-        session.log = session.base / "logs" / "s.jsonl";
-        session.options.session_log = session.log;
-        failures = after_change(
-            session,
-            [&] {
-              std::filesystem::create_directory(session.workspace / "view");
-              if (::mount((session.base / "logs").c_str(), (session.workspace / "view").c_str(), nullptr, MS_BIND,
-                          nullptr) != 0) {
-                std::perror("mount");
-              }
-            },
-            false, "shows it beneath the grant");
-      } catch (const std::exception& error) {
-        failures = std::string("threw: ") + error.what();
-      }
+  const std::string failures = in_child_text(false, [&]() -> std::string {
+    if (!enter_private_mount_namespace()) {
+      return "no mount namespace";
     }
-    (void)!::write(report[1], failures.data(), failures.size());
-    ::_exit(0);
-  }
-  ::close(report[1]);
-  std::string failures;
-  std::array<char, 4096> buffer{};
-  for (::ssize_t got = 0; (got = ::read(report[0], buffer.data(), buffer.size())) > 0;) {
-    failures.append(buffer.data(), static_cast<std::size_t>(got));
-  }
-  ::close(report[0]);
-  CHECK(wait_exit_code(pid) == 0);
+    Session session(directory.path());
+    std::filesystem::create_directory(session.base / "logs");
+    std::filesystem::rename(session.log, session.base / "logs" / "s.jsonl");
+    session.log = session.base / "logs" / "s.jsonl";
+    session.options.session_log = session.log;
+    std::string found;
+    found += after_change(
+        session,
+        [&] {
+          std::filesystem::create_directory(session.workspace / "view");
+          if (::mount((session.base / "logs").c_str(), (session.workspace / "view").c_str(), nullptr, MS_BIND,
+                      nullptr) != 0) {
+            found += "the bind mount failed\n";
+          }
+        },
+        false, "shows it beneath the grant");
+    return found;
+  });
   INFO(failures);
   CHECK(failures.empty());
 }
