@@ -144,18 +144,20 @@ struct FenceInputs {
 };
 
 /// True when a fence for `policy` with `options` may be checked again rather than built again
-/// (docs/enforcement.md#a-fence-checked-again): read-only or workspace-write, without the
-/// namespace layer, a terminal, the shared temporary areas or extra writable directories, and
-/// (workspace-write) with a session that names its private temporary directory.
+/// (docs/enforcement.md#a-fence-checked-again): read-only or workspace-write, without a
+/// terminal, the shared temporary areas or extra writable directories, and (workspace-write)
+/// with a session that names its private temporary directory. What is checked again is the
+/// base fence: the namespace layer, where the options ask for it, is planned anew every time.
 [[nodiscard]] inline bool checkable(const ResolvedPolicy& policy, const FenceOptions& options) noexcept {
-  return policy.mode != SandboxMode::danger_full_access && options.isolation == Isolation::off &&
-         options.terminal.empty() && !options.shared_temporary_areas && options.extra_writable.empty() &&
+  return policy.mode != SandboxMode::danger_full_access && options.terminal.empty() &&
+         !options.shared_temporary_areas && options.extra_writable.empty() &&
          (policy.mode == SandboxMode::read_only || !options.session_id.empty() || !options.session_log.empty());
 }
 
-/// A fence prepared earlier with `inputs` whose readings all read the same again now, as a new
-/// fence (`PreparedFence::prepare` returns it); nullopt when there is none. Defined after
-/// PreparedFence.
+/// The base fence prepared earlier with `inputs` whose readings all read the same again now, as
+/// `prepare_fence` leaves a new one (before the namespace layer and the read fence, which
+/// `PreparedFence::prepare` then adds); nullopt when there is none. Throws SystemError when its
+/// descriptor cannot be duplicated. Defined after PreparedFence.
 [[nodiscard]] std::optional<PreparedFence> checked_again(const FenceInputs& inputs);
 /// Keeps `fence`, prepared with `inputs` after `readings`, for `checked_again`. Defined after
 /// PreparedFence.
@@ -208,24 +210,40 @@ public:
   ///
   /// A fence whose inputs equal an earlier one's (`detail::checkable` configurations) is checked
   /// again rather than built again: every reading the earlier preparation made is made again,
-  /// and when each gives what it gave, that fence's ruleset is reused with the read fence made
-  /// as for a new one (docs/enforcement.md#a-fence-checked-again); SystemError when its
-  /// descriptor cannot be duplicated (the process is out of descriptors).
+  /// and when each gives what it gave, that fence's ruleset is reused, with the namespace layer
+  /// and the read fence made as for a new one (docs/enforcement.md#a-fence-checked-again);
+  /// SystemError when its descriptor cannot be duplicated (the process is out of descriptors).
   [[nodiscard]] static PreparedFence prepare(const ResolvedPolicy& policy, const FenceOptions& options = {}) {
     const detail::HostEnvironment environment = detail::HostEnvironment::current();
     const detail::LandlockProbe probe = detail::probe_landlock();
     std::optional<detail::FenceInputs> inputs;
+    std::optional<PreparedFence> base;
     if (detail::checkable(policy, options)) {
       inputs = detail::FenceInputs::now(policy, options, environment, probe);
-      if (std::optional<PreparedFence> again = inputs ? detail::checked_again(*inputs) : std::nullopt) {
-        return std::move(*again);
+      if (inputs) {
+        base = detail::checked_again(*inputs);
       }
     }
-    detail::Observations readings;
-    PreparedFence fence = [&] {
-      const detail::ObservationScope recording(inputs ? &readings : nullptr);
-      return detail::prepare_fence(policy, options, probe, environment, true);
-    }();
+    if (!base) {
+      detail::Observations readings;
+      base.emplace([&] {
+        const detail::ObservationScope recording(inputs ? &readings : nullptr);
+        return detail::prepare_fence(policy, options, probe, environment, true);
+      }());
+      base->policy_ = policy;
+      // What is kept is the base fence alone: the namespace layer below is planned anew by
+      // every call, from what is there then (the protected entries a `git init` made since).
+      if (inputs && base->report_.status == FenceStatus::enforced && !base->temporary_.owns() && base->mount_table_) {
+        if (std::optional<std::vector<detail::Observation>> distinct = detail::distinct_readings(readings)) {
+          try {
+            detail::keep_checked(std::move(*inputs), std::move(*distinct), *base);
+          } catch (const SystemError&) {
+            // No descriptor to keep it with: this call has its fence, the next builds one anew.
+          }
+        }
+      }
+    }
+    PreparedFence fence = std::move(*base);
     // The layer alone binds the protected entries (a fence without it refuses nothing more for
     // them, docs/enforcement.md#what-each-family-does), so a call that cannot have it scans nothing.
     const bool layered = options.isolation != Isolation::off && policy.mode != SandboxMode::danger_full_access;
@@ -233,16 +251,6 @@ public:
                               layered ? detail::protected_entries(policy.workspace_root, policy.protected_paths)
                                       : detail::ProtectedScan{});
     fence.policy_ = policy;
-    if (inputs && fence.report_.status == FenceStatus::enforced && !fence.namespaces_.active &&
-        !fence.temporary_.owns() && fence.mount_table_) {
-      if (std::optional<std::vector<detail::Observation>> distinct = detail::distinct_readings(readings)) {
-        try {
-          detail::keep_checked(std::move(*inputs), std::move(*distinct), fence);
-        } catch (const SystemError&) {
-          // No descriptor to keep it with: this call has its fence, the next builds one anew.
-        }
-      }
-    }
     fence.fence_reads();
     return fence;
   }
@@ -363,9 +371,10 @@ private:
   friend std::optional<PreparedFence> detail::checked_again(const detail::FenceInputs&);
   friend void detail::keep_checked(detail::FenceInputs, std::vector<detail::Observation>, const PreparedFence&);
 
-  /// A copy of this fence as `prepare` leaves it before the read fence (`fence_reads`), on a
-  /// duplicate of its ruleset descriptor; only for a fence without the namespace layer and
-  /// without a directory of its own. Throws SystemError when the descriptor cannot be duplicated.
+  /// A copy of this fence as `prepare_fence` leaves it, before the namespace layer and the read
+  /// fence (`add_namespace_layer`, `fence_reads`), on a duplicate of its ruleset descriptor; only
+  /// for a fence that has neither yet and no directory of its own. Throws SystemError when the descriptor cannot be
+  /// duplicated.
   [[nodiscard]] PreparedFence copy_unread() const {
     UniqueFd ruleset;
     if (ruleset_) {
@@ -603,7 +612,7 @@ struct CheckedFences {
   struct Entry {
     FenceInputs inputs;
     std::shared_ptr<const std::vector<Observation>> readings;
-    std::shared_ptr<const PreparedFence> fence; ///< as `prepare` leaves it before the read fence
+    std::shared_ptr<const PreparedFence> fence; ///< the base fence, before the namespace layer and the read fence
   };
   std::mutex lock;
   std::vector<Entry> entries;
@@ -650,7 +659,6 @@ inline std::optional<PreparedFence> checked_again(const FenceInputs& inputs) {
     return std::nullopt; // what cannot be read again is built again, and fails there if it must
   }
   PreparedFence again = fence->copy_unread();
-  again.fence_reads();
   fences.reused.fetch_add(1, std::memory_order_relaxed);
   return again;
 }

@@ -505,3 +505,73 @@ TEST_CASE("another session's command flipping the temporary root's mode never le
   INFO(failures);
   CHECK(failures.empty());
 }
+
+namespace {
+
+/// A session with the namespace layer (best-effort: its workspace lies in a temporary area, so
+/// /tmp is not replaced, and every other row applies) whose workspace becomes a git repository
+/// between the kept call and the next: the next reuses the base fence and plans the layer from
+/// what is there now, as a fresh preparation does. Returns "" or the failures, each on a line.
+std::string layer_planned_anew(const std::filesystem::path& directory) {
+  std::string failures;
+  Session session(directory);
+  session.options.isolation = dsh::Isolation::best_effort;
+  for (int call = 0; call < 2; ++call) {
+    const std::string first = prepared(session.policy, session.options);
+    expect(failures, !first.starts_with("refused"), "an unchanged call was refused: " + first);
+  }
+  // The first calls left an empty placeholder `.git`, read-only whole. Now a repository: its
+  // objects are writable, its hooks and config are not.
+  const std::filesystem::path git = session.workspace / ".git";
+  for (const char* name : {"objects", "refs", "refs/heads", "hooks"}) {
+    std::filesystem::create_directories(git / name);
+  }
+  std::ofstream(git / "HEAD") << "ref: refs/heads/main\n";
+  std::ofstream(git / "config") << "[core]\n\trepositoryformatversion = 0\n";
+  const std::uint64_t before = reused();
+  const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
+  expect(failures, reused() - before == 1, "the call did not reuse the base fence");
+  const std::string control =
+      PreparedFence::prepare_with_protected(
+          session.policy, session.options,
+          dsh::detail::protected_entries(session.policy.workspace_root, session.policy.protected_paths))
+          .report()
+          .describe();
+  expect(failures, fence.report().describe() == control,
+         "the call gave\n  " + fence.report().describe() + "\nwhere a fresh one gives\n  " + control);
+  bool layered = false;
+  for (const dsh::FenceLayer& layer : fence.report().layers) {
+    layered = layered || (layer.name == "protected paths" && layer.applied);
+  }
+  expect(failures, layered, "the protected paths' row is not applied: " + fence.report().describe());
+  expect(failures, fenced(fence, [&] { return create_error(git / "objects" / "new"); }) == 0,
+         "the repository's objects are not writable (the placeholder's plan, made before the repository?)");
+  expect(failures, fenced(fence, [&] { return create_error(git / "hooks" / "pre-commit"); }) == EROFS,
+         "a hook could be planted in the repository made after the kept call");
+  expect(failures, fenced(fence, [&] { return create_error(session.workspace / "new"); }) == 0,
+         "the workspace is not writable");
+  expect(failures, !std::filesystem::exists(git / "hooks" / "pre-commit"), "the hook is there");
+  return failures;
+}
+
+} // namespace
+
+TEST_CASE("a fence with the namespace layer reuses its base fence and plans the layer anew, as root") {
+  DSH_REQUIRE_LANDLOCK();
+  const TempDir directory;
+  const std::string failures = layer_planned_anew(directory.path());
+  INFO(failures);
+  CHECK(failures.empty());
+}
+
+TEST_CASE("a fence with the namespace layer reuses its base fence and plans the layer anew, as uid 65534") {
+  DSH_REQUIRE_LANDLOCK();
+  if (::geteuid() != 0) {
+    DSH_TEST_SKIP("needs root to become uid 65534");
+  }
+  const TempDir directory;
+  hand_to_nobody(directory.path());
+  const std::string failures = in_child_text(true, [&] { return layer_planned_anew(directory.path()); });
+  INFO(failures);
+  CHECK(failures.empty());
+}
