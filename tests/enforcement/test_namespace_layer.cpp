@@ -416,6 +416,34 @@ TEST_CASE("a session log beside the workspace is hidden alone: it cannot be open
   }
 }
 
+TEST_CASE("a host path to hide that is a dangling link hides nothing until what it names exists, then that") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : dsh::test::host_table) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    // A socket's link left by a daemon that is gone (say /run/docker.sock): no bind can cover
+    // a link, and what it names is not there to reach.
+    const std::filesystem::path named = setup.lab.outside() / "daemon.sock";
+    const std::filesystem::path link = setup.lab.outside() / "daemon-link";
+    std::filesystem::create_symlink(named, link);
+    const auto run = [&] {
+      return as_host({unprivileged, false}, [&]() {
+        FenceOptions options = setup.options(Isolation::required);
+        options.protected_paths = {link};
+        const PreparedFence fence = PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), options);
+        const dsh::test::Captured ran = dsh::test::bash(fence, "cat " + link.native() + " 2>&1; echo read:$?\n",
+                                                        setup.lab.workspace(), setup.lab.outside());
+        return ran.out + ran.err + "exit:" + std::to_string(ran.exit_code);
+      });
+    };
+    CHECK(run() == "cat: " + link.native() + ": No such file or directory\nread:1\nexit:0");
+    write_file(named, "the daemon's\n");
+    REQUIRE(::chown(named.c_str(), unprivileged ? nobody : 0, unprivileged ? nobody : 0) == 0);
+    // What it names now is hidden: a bind of /dev/null on a nodev mount, which opens for nobody.
+    CHECK(run() == "cat: " + link.native() + ": Permission denied\nread:1\nexit:0");
+  }
+}
+
 TEST_CASE("protected entries stay byte for byte against write, rename, unlink and replace; git still commits") {
   DSH_REQUIRE_LANDLOCK();
   for (const bool unprivileged : dsh::test::host_table) {

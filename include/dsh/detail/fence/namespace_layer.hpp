@@ -920,11 +920,12 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
   // command still works and reads there), a grant or the session cwd lies beneath one (it
   // would vanish from the view).
   std::string temporary_problem;
+  const std::filesystem::path cwd =
+      options.session_cwd.empty() ? std::filesystem::path() : canonical_path(options.session_cwd);
   for (const char* area : {"/tmp", "/var/tmp"}) {
     struct stat info {};
-    std::error_code ignored;
-    const std::filesystem::path canonical = std::filesystem::weakly_canonical(area, ignored);
-    if (ignored || ::lstat(canonical.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    const std::filesystem::path canonical = canonical_native(area);
+    if (::lstat(canonical.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
       if (plan.temporary_targets.empty()) {
         temporary_problem = "there is no directory /tmp";
       }
@@ -944,7 +945,7 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
                             json_string_literal(canonical.native());
       }
     }
-    if (!options.session_cwd.empty() && is_within(canonical_path(options.session_cwd), canonical)) {
+    if (!cwd.empty() && is_within(cwd, canonical)) {
       temporary_problem = "the session cwd " + json_string_literal(options.session_cwd.native()) + " lies beneath " +
                           json_string_literal(canonical.native());
     }
@@ -959,8 +960,6 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
 
   // The host's state: each existing path becomes an empty view, unless it is already out of
   // view or hiding it would hide what the command works in.
-  const std::filesystem::path cwd =
-      options.session_cwd.empty() ? std::filesystem::path() : canonical_path(options.session_cwd);
   // A directory holding the workspace or the session cwd stays in view (the command works
   // there), and so does one that is itself a grant; one holding only other grants beneath it
   // (the private temporary directory beneath the runtime directory, a host's extra grant) is
@@ -970,11 +969,12 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     return is_within(policy.workspace_root, directory) || (!cwd.empty() && is_within(cwd, directory)) ||
            std::find(plan.writable.begin(), plan.writable.end(), directory.native()) != plan.writable.end();
   };
+  // Each path as the one canonicalizer gives it: a link is followed, a dangling one too (what
+  // it names does not exist, and nothing is hidden until it does).
   const auto hide = [&](const std::string& what, const std::filesystem::path& spelled) {
-    std::error_code ignored;
-    const std::filesystem::path path = std::filesystem::weakly_canonical(spelled, ignored);
+    const std::filesystem::path path = canonical_native(spelled.native());
     struct stat info {};
-    if (ignored || ::lstat(path.c_str(), &info) != 0 || replaced(path) || path == path.root_path()) {
+    if (::lstat(path.c_str(), &info) != 0 || replaced(path) || path == path.root_path()) {
       return;
     }
     for (const std::vector<std::string>* done : {&plan.hidden_dirs, &plan.hidden_files}) {
@@ -1002,11 +1002,10 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     }
   };
   if (!options.session_log.empty()) {
-    std::error_code ignored;
-    const std::filesystem::path log = std::filesystem::weakly_canonical(options.session_log, ignored);
-    if (!ignored && contains_work(log.parent_path())) {
+    const std::filesystem::path log = canonical_path(options.session_log);
+    if (contains_work(log.parent_path())) {
       hide("the session log", log);
-    } else if (!ignored) {
+    } else {
       hide("the session log's directory", log.parent_path());
     }
   }
