@@ -374,9 +374,9 @@ private:
   friend void detail::keep_checked(detail::FenceInputs, std::vector<detail::Observation>, const PreparedFence&);
 
   /// A copy of this fence as `prepare_fence` leaves it, before the namespace layer and the read
-  /// fence (`add_namespace_layer`, `fence_reads`), on a duplicate of its ruleset descriptor; only
-  /// for a fence that has neither yet and no directory of its own. Throws SystemError when the descriptor cannot be
-  /// duplicated.
+  /// fence (`add_namespace_layer`, `fence_reads`), on a duplicate of its ruleset descriptor;
+  /// only for a fence that has neither yet and no directory of its own. Throws SystemError
+  /// when the descriptor cannot be duplicated.
   [[nodiscard]] PreparedFence copy_unread() const {
     UniqueFd ruleset;
     if (ruleset_) {
@@ -614,7 +614,8 @@ struct CheckedFences {
   struct Entry {
     FenceInputs inputs;
     std::shared_ptr<const std::vector<Observation>> readings;
-    std::shared_ptr<const PreparedFence> fence; ///< the base fence, before the namespace layer and the read fence
+    /// The base fence, before the namespace layer and the read fence.
+    std::shared_ptr<const PreparedFence> fence;
   };
   std::mutex lock;
   std::vector<Entry> entries;
