@@ -13,8 +13,10 @@ namespace {
 /// The busy threads of a Launch host.
 constexpr std::size_t BUSY_THREADS = 4;
 
-/// How many host processes of each size the Launch group runs (one with `--smoke`).
-constexpr int LAUNCH_PASSES = 5;
+/// How many host processes of each size the Launch group runs (one with `--smoke`). With 5,
+/// the 2048-against-8 MB row read 0.83-1.54 in six runs of one build; with 25, 0.97-1.23 in
+/// four (docs/performance.md).
+constexpr int LAUNCH_PASSES = 25;
 
 /// Threads that spin on a relaxed atomic flag from construction until destruction, which stops
 /// and joins them.
