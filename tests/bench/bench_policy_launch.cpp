@@ -14,8 +14,8 @@ namespace {
 constexpr std::size_t BUSY_THREADS = 4;
 
 /// How many host processes of each size the Launch group runs (one with `--smoke`). With 5,
-/// the 2048-against-8 MB row read 0.83-1.54 in six runs of one build; with 25, 0.97-1.23 in
-/// four (docs/performance.md).
+/// the 2048-against-8 MB row read 0.83-1.54 in six runs of one build; with 25 and the rest
+/// below, 0.85-1.13 in six (docs/performance.md).
 constexpr int LAUNCH_PASSES = 25;
 
 /// How long a Launch host rests after touching its memory, before its busy threads start.
