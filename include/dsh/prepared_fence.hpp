@@ -344,8 +344,9 @@ public:
   /// nothing for an `unrestricted` fence. Returns the errno and the failing call when the
   /// kernel refused a step; the child must then not run the command (`FencedCommand` exits
   /// instead). Exec the command next: until then the child holds the host's descriptors, the
-  /// Landlock rulesets of the fences `prepare` keeps among them (close-on-exec), and code run
-  /// there could add rules to one that later calls reuse (docs/enforcement.md#a-fence-checked-again).
+  /// Landlock rulesets of the fences `prepare` keeps and of the shared read fence among them
+  /// (close-on-exec), and code run there could add rules to one that later calls use
+  /// (docs/enforcement.md#a-fence-checked-again).
   ApplyResult apply() const noexcept { return enter(~0ULL, ~0ULL, false); }
 
   /// `TMPDIR=` followed by `report().temporary_directory`, the variable a fenced command gets
