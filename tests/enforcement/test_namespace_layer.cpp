@@ -444,6 +444,36 @@ TEST_CASE("a host path to hide that is a dangling link hides nothing until what 
   }
 }
 
+TEST_CASE("a link loop to hide is not covered, and a session log not yet there has its directory hidden") {
+  DSH_REQUIRE_LANDLOCK();
+  for (const bool unprivileged : dsh::test::host_table) {
+    CAPTURE(unprivileged);
+    const Setup setup(unprivileged);
+    const ::uid_t owner = unprivileged ? nobody : 0;
+    // A link to itself names nothing: the call runs (planned as a file to cover, it failed).
+    const std::filesystem::path loop = setup.lab.outside() / "loop";
+    std::filesystem::create_symlink(loop, loop);
+    // The session log as a link whose target is not made yet, beside another session's file.
+    const std::filesystem::path other = setup.state / "other-session.jsonl";
+    write_file(other, "the other session's\n");
+    REQUIRE(::chown(other.c_str(), owner, owner) == 0);
+    const std::filesystem::path log = setup.state / "current.jsonl";
+    std::filesystem::create_symlink(setup.lab.outside() / "not-yet" / "s.jsonl", log);
+    REQUIRE(::lchown(log.c_str(), owner, owner) == 0);
+    const std::string seen = as_host({unprivileged, false}, [&]() {
+      FenceOptions options = setup.options(Isolation::required);
+      options.protected_paths = {loop};
+      options.session_log = log;
+      const PreparedFence fence = PreparedFence::prepare(setup.lab.policy(SandboxMode::workspace_write), options);
+      const dsh::test::Captured ran =
+          dsh::test::bash(fence, "echo ran; cat " + other.native() + " >/dev/null 2>&1; echo other:$?\n",
+                          setup.lab.workspace(), setup.lab.outside());
+      return ran.out + ran.err + "exit:" + std::to_string(ran.exit_code);
+    });
+    CHECK(seen == "ran\nother:1\nexit:0");
+  }
+}
+
 TEST_CASE("protected entries stay byte for byte against write, rename, unlink and replace; git still commits") {
   DSH_REQUIRE_LANDLOCK();
   for (const bool unprivileged : dsh::test::host_table) {

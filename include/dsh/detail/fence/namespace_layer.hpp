@@ -970,11 +970,13 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
            std::find(plan.writable.begin(), plan.writable.end(), directory.native()) != plan.writable.end();
   };
   // Each path as the one canonicalizer gives it: a link is followed, a dangling one too (what
-  // it names does not exist, and nothing is hidden until it does).
+  // it names does not exist, and nothing is hidden until a call prepared after it exists). A
+  // link still found there is a loop, or a chain longer than the kernel follows: it names
+  // nothing to reach, and no bind can cover a link.
   const auto hide = [&](const std::string& what, const std::filesystem::path& spelled) {
     const std::filesystem::path path = canonical_native(spelled.native());
     struct stat info {};
-    if (::lstat(path.c_str(), &info) != 0 || replaced(path) || path == path.root_path()) {
+    if (::lstat(path.c_str(), &info) != 0 || S_ISLNK(info.st_mode) || replaced(path) || path == path.root_path()) {
       return;
     }
     for (const std::vector<std::string>* done : {&plan.hidden_dirs, &plan.hidden_files}) {
@@ -1002,7 +1004,14 @@ inline void make_placeholder(const std::string& subject, const ProtectedEntry& e
     }
   };
   if (!options.session_log.empty()) {
-    const std::filesystem::path log = canonical_path(options.session_log);
+    std::filesystem::path log = canonical_path(options.session_log);
+    struct stat found {};
+    if (::lstat(log.c_str(), &found) != 0) {
+      // A log that is not there (a link whose target is not made yet): the directory it is
+      // spelled in is the host's state all the same.
+      const std::filesystem::path spelled(absolute_native(options.session_log.native()));
+      log = std::filesystem::path(canonical_native(spelled.parent_path().native())) / spelled.filename();
+    }
     if (contains_work(log.parent_path())) {
       hide("the session log", log);
     } else {
