@@ -426,13 +426,19 @@ TEST_CASE("a tmpfs mounted again between two calls, giving the workspace the sam
         },
         false);
     if (before.st_dev != after.st_dev || before.st_ino != after.st_ino) {
-      return "the tmpfs gave the workspace other numbers: nothing to check\n";
+      // Other numbers are a change like any other (checked above); the case this test is for,
+      // the same numbers on another filesystem, could not be made.
+      return found.empty() ? "other numbers" : found;
     }
     const PreparedFence fence = PreparedFence::prepare(session.policy, session.options);
     expect(found, fenced(fence, [&] { return create_error(point / "ws" / "new"); }) == 0,
            "the workspace on the tmpfs mounted again is not writable");
     return found;
   });
+  if (failures == "other numbers") {
+    DSH_TEST_SKIP("the kernel gave the tmpfs mounted again other numbers in 100 tries (seen under ThreadSanitizer): "
+                  "the same numbers on another filesystem could not be made");
+  }
   INFO(failures);
   CHECK(failures.empty());
 }
