@@ -230,7 +230,7 @@ public:
         const detail::ObservationScope recording(inputs ? &readings : nullptr);
         return detail::prepare_fence(policy, options, probe, environment, true);
       }());
-      base->policy_ = policy;
+      base->policy_ = policy; // a reused fence has its kept copy's, equal as an input
       // What is kept is the base fence alone: the namespace layer below is planned anew by
       // every call, from what is there then (the protected entries a `git init` made since).
       if (inputs && base->report_.status == FenceStatus::enforced && !base->temporary_.owns() && base->mount_table_) {
@@ -250,7 +250,6 @@ public:
     fence.add_namespace_layer(policy, options, environment,
                               layered ? detail::protected_entries(policy.workspace_root, policy.protected_paths)
                                       : detail::ProtectedScan{});
-    fence.policy_ = policy;
     fence.fence_reads();
     return fence;
   }

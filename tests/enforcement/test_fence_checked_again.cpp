@@ -5,6 +5,7 @@
 // or the command itself could, and requires of the second call exactly what a fresh
 // preparation gives: the same refusal, or a fence that grants what is there now.
 #include "support/landlock.hpp"
+#include "support/sanitizers.hpp"
 #include "support/scoped.hpp"
 #include "support/users.hpp"
 
@@ -32,20 +33,6 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-// ThreadSanitizer keeps a thread of its own in every process, forked children too, and the kernel
-// refuses a user namespace to a multithreaded process (EINVAL): an unprivileged host's layer
-// cannot apply there. GCC says so with __SANITIZE_THREAD__, Clang only through __has_feature.
-#if defined(__SANITIZE_THREAD__)
-#define DSH_TEST_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DSH_TEST_UNDER_TSAN 1
-#endif
-#endif
-#ifndef DSH_TEST_UNDER_TSAN
-#define DSH_TEST_UNDER_TSAN 0
-#endif
 
 using dsh::FenceOptions;
 using dsh::PreparedFence;
@@ -411,8 +398,9 @@ TEST_CASE("a tmpfs mounted again between two calls, giving the workspace the sam
         session,
         [&] {
           ::stat((point / "ws").c_str(), &before);
-          // The kernel gives the new tmpfs the lowest free anonymous device number, which a test
-          // running beside this one may have taken meanwhile: mounted again until it is the same.
+          // The kernel gives the new tmpfs the lowest free anonymous device number; mounted again
+          // until it is the old one. Under ThreadSanitizer in a clean clone's .ci/run it never
+          // was, in 100 tries (why is not known), and the case is skipped below.
           for (int attempt = 0; attempt < 100; ++attempt) {
             if (::umount(point.c_str()) != 0 || !mount_tmpfs()) {
               found += "could not mount again\n";
@@ -602,6 +590,7 @@ TEST_CASE("a fence with the namespace layer reuses its base fence and plans the 
     DSH_TEST_SKIP("needs root to become uid 65534");
   }
   if (DSH_TEST_UNDER_TSAN) {
+    // The kernel refuses a user namespace to a multithreaded process (EINVAL).
     DSH_TEST_SKIP("ThreadSanitizer's own thread keeps an unprivileged host from making a user namespace");
   }
   const TempDir directory;

@@ -3,6 +3,7 @@
 // of range throws, and after reserve_for the next push_back allocates nothing (which is what lets
 // an append publish its row once it is on disk without being able to fail).
 #include "support/catch.hpp"
+#include "support/sanitizers.hpp"
 
 #include <dsh/detail/slog/row_index.hpp>
 
@@ -12,18 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
-// The sanitizers own operator new; the count is kept only in a build without them. GCC says so
-// with __SANITIZE_*__, Clang only through __has_feature.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define DSH_TEST_COUNT_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define DSH_TEST_COUNT_ALLOCATIONS 0
-#endif
-#endif
-#ifndef DSH_TEST_COUNT_ALLOCATIONS
-#define DSH_TEST_COUNT_ALLOCATIONS 1
-#endif
+// The sanitizers own operator new; the count is kept only in a build without them.
+#define DSH_TEST_COUNT_ALLOCATIONS (!DSH_TEST_UNDER_ASAN && !DSH_TEST_UNDER_TSAN)
 
 namespace {
 std::size_t allocations = 0;
